@@ -214,6 +214,49 @@ def norm_rope_concat(query, key, value, encoder_query=None, encoder_key=None, en
     return NormRopeConcatOutputs(**outs)
 
 
+def backward_args(tensors: dict, attrs: dict, soc=None):
+    """Validate the backward's tensors (by parameter name) and attributes (norm_type,
+    norm_added_type, rope_type, concat_order); returns (float64 arrays, attributes, dtype T)."""
+    arrays, a, _ = check_nrc_args("norm_rope_concat_backward", "grad_query_output", tensors,
+                                  attrs, soc, backward=True)
+    return _widen(arrays), a, arrays["grad_query_output"].dtype
+
+
+
+def backward_exact(t: dict, a: dict):
+    """The §3 dataflow on validated float64 arrays ``t`` and attributes ``a``.
+
+    Returns ``(grads, upstream)``: the exact gradients by output name, and for each normed
+    stream the gradient g' that reaches its LayerNorm (after RoPE backward, split, transpose).
+    """
+    order, rt = a["concat_order"], a["rope_type"]
+    Sq, Sk = t["query"].shape[1], t["key"].shape[1]
+    Seq = 0 if t["encoder_query"] is None else t["encoder_query"].shape[1]
+    Sek = 0 if t["encoder_key"] is None else t["encoder_key"].shape[1]
+
+    g = {}
+    for out_name, stream, encoder, s_stream, s_enc in (
+            ("grad_query_output", "query", "encoder_query", Sq, Seq),
+            ("grad_key_output", "key", "encoder_key", Sk, Sek)):
+        rotated = rope_positions_grad(t[out_name], rt, t["rope_cos"], t["rope_sin"])   # step 2
+        part_stream, part_encoder = split_seq(rotated, s_stream, s_enc, order)        # step 1
+        g[stream], g[encoder] = bnsd_to_bsnd(part_stream), bnsd_to_bsnd(part_encoder)
+    part_value, part_enc_value = split_seq(t["grad_value_output"], Sk, Sek, order)    # step 4
+
+    grads = dict(grad_value=bnsd_to_bsnd(part_value),
+                 grad_encoder_value=bnsd_to_bsnd(part_enc_value) if t["encoder_key"] is not None else None)
+    D = t["query"].shape[-1]
+    for stream, (type_attr, weight, bias, mean, rstd) in STREAMS.items():
+        if t[stream] is None:   # an absent stream has no rows: its weight gradients are sums of nothing
+            grads[f"grad_{stream}"] = None
+            dweight = dbias = np.zeros(D) if a[type_attr] == NormType.AFFINE_LAYER_NORM else None
+        else:                                                                          # step 3
+            grads[f"grad_{stream}"], dweight, dbias = layer_norm_backward(
+                g[stream], t[stream], t[mean], t[rstd], a[type_attr], t[weight])
+        grads[f"grad_{weight}"], grads[f"grad_{bias}"] = dweight, dbias
+    return grads, g
+
+
 def norm_rope_concat_backward(grad_query_output, grad_key_output, grad_value_output, query, key,
                               encoder_query=None, encoder_key=None,
                               norm_query_weight=None, norm_query_mean=None, norm_query_rstd=None,
@@ -228,8 +271,7 @@ def norm_rope_concat_backward(grad_query_output, grad_key_output, grad_value_out
 
     Returns :class:`NormRopeConcatGrads` in gradQueryOutput's dtype (or ``out_dtype``).
     """
-    op = "norm_rope_concat_backward"
-    out_dtype = check_out_dtype(out_dtype, op)
+    out_dtype = check_out_dtype(out_dtype, "norm_rope_concat_backward")
     tensors = dict(grad_query_output=grad_query_output, grad_key_output=grad_key_output,
                    grad_value_output=grad_value_output, query=query, key=key,
                    encoder_query=encoder_query, encoder_key=encoder_key,
@@ -244,32 +286,6 @@ def norm_rope_concat_backward(grad_query_output, grad_key_output, grad_value_out
                    rope_sin=rope_sin, rope_cos=rope_cos)
     attrs = dict(norm_type=norm_type, norm_added_type=norm_added_type, rope_type=rope_type,
                  concat_order=concat_order)
-    arrays, a, _ = check_nrc_args(op, "grad_query_output", tensors, attrs, soc, backward=True)
-    t = _widen(arrays)
-    order, rt = a["concat_order"], a["rope_type"]
-    Sq, Sk = t["query"].shape[1], t["key"].shape[1]
-    Seq = 0 if t["encoder_query"] is None else t["encoder_query"].shape[1]
-    Sek = 0 if t["encoder_key"] is None else t["encoder_key"].shape[1]
-
-    g = {}
-    for out_name, stream, encoder, s_stream, s_enc in (
-            ("grad_query_output", "query", "encoder_query", Sq, Seq),
-            ("grad_key_output", "key", "encoder_key", Sk, Sek)):
-        rotated = rope_positions_grad(t[out_name], rt, t["rope_cos"], t["rope_sin"])
-        part_stream, part_encoder = split_seq(rotated, s_stream, s_enc, order)
-        g[stream], g[encoder] = bnsd_to_bsnd(part_stream), bnsd_to_bsnd(part_encoder)
-    part_value, part_enc_value = split_seq(t["grad_value_output"], Sk, Sek, order)
-
-    grads = dict(grad_value=bnsd_to_bsnd(part_value),
-                 grad_encoder_value=bnsd_to_bsnd(part_enc_value) if t["encoder_key"] is not None else None)
-    D = t["query"].shape[-1]
-    for stream, (type_attr, weight, bias, mean, rstd) in STREAMS.items():
-        if t[stream] is None:   # an absent stream has no rows: its weight gradients are sums of nothing
-            grads[f"grad_{stream}"] = None
-            dweight = dbias = np.zeros(D) if a[type_attr] == NormType.AFFINE_LAYER_NORM else None
-        else:
-            grads[f"grad_{stream}"], dweight, dbias = layer_norm_backward(
-                g[stream], t[stream], t[mean], t[rstd], a[type_attr], t[weight])
-        grads[f"grad_{weight}"], grads[f"grad_{bias}"] = dweight, dbias
-    T = arrays["grad_query_output"].dtype
+    t, a, T = backward_args(tensors, attrs, soc)
+    grads, _ = backward_exact(t, a)
     return NormRopeConcatGrads(**_round_all(grads, dict.fromkeys(grads, T), out_dtype))

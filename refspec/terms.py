@@ -1,0 +1,116 @@
+"""Tolerance metadata of every output (spec/tolerances.md, "Policy").
+
+Each output gets a comparison class; reductions also get the number of reduced terms K and the
+per-element sum of absolute terms S, from which a comparator derives a data-dependent atol
+(K * u_acc * S bounds the float32 accumulation error of any summation order). The sums reuse the
+spec's own formula blocks on absolute values, never a second copy of the math.
+"""
+
+from __future__ import annotations
+
+from math import prod
+from typing import NamedTuple
+
+import numpy as np
+
+from .dtypes import to_float64
+from .enums import NormType, RopeMode, RopeType
+from .nrc_checks import STREAMS
+from .norm_rope_concat import backward_args, backward_exact
+from .reduce import broadcast_dims, sum_to_shape
+from .rope import ROPE_FORWARD
+from .rope_checks import check_rope_args
+
+__all__ = ["COPY", "ELEMENTWISE", "ROW_REDUCTION", "REDUCTION", "CLASSES", "OutputTerms",
+           "rope_grad_terms", "rope_terms", "norm_rope_concat_backward_terms", "norm_rope_concat_terms"]
+
+COPY, ELEMENTWISE, ROW_REDUCTION, REDUCTION = "copy", "elementwise", "row_reduction", "reduction"
+CLASSES = (COPY, ELEMENTWISE, ROW_REDUCTION, REDUCTION)
+
+
+class OutputTerms(NamedTuple):
+    """Comparison class, number of reduced terms K (None if not a reduction) and the
+    per-element sum of |terms| S (None where the class needs none)."""
+
+    comparison_class: str
+    reduced_terms: int | None = None
+    sum_abs: np.ndarray | None = None
+
+
+def rope_terms(x, cos, sin, mode=0, soc=None) -> dict[str, OutputTerms]:
+    """RotaryPositionEmbedding: y is elementwise (two products per element)."""
+    check_rope_args("rotary_position_embedding", "x", x, cos, sin, None, mode, soc)
+    return {"y": OutputTerms(ELEMENTWISE)}
+
+
+def rope_grad_terms(dy, cos, sin, x=None, mode=0, soc=None) -> dict[str, OutputTerms]:
+    """RotaryPositionEmbeddingGrad: dx elementwise; dcos = sum(dy*P1(x), dims) and
+    dsin = sum(dy*P2(x), dims) are reductions with K = product of the reduced axes' sizes and
+    S = sum(|dy*P(x)|, dims), where y = P1(x)*cos + P2(x)*sin is the mode's forward (so
+    P1(x) = forward(x, 1, 0) and P2(x) = forward(x, 0, 1))."""
+    args = check_rope_args("rotary_position_embedding_grad", "dy", dy, cos, sin, x, mode, soc)
+    out = {"dx": OutputTerms(ELEMENTWISE)}
+    if args.x is None:
+        return out
+    d, x64 = to_float64(args.primary), to_float64(args.x)
+    shape = args.cos.shape
+    K = prod(d.shape[i] for i in broadcast_dims(d.shape, shape))
+    forward = ROPE_FORWARD[RopeMode(args.mode)]
+    ones, zeros = np.ones(x64.shape[-1]), np.zeros(x64.shape[-1])
+    out["dcos"] = OutputTerms(REDUCTION, K, sum_to_shape(np.abs(d * forward(x64, ones, zeros)), shape))
+    out["dsin"] = OutputTerms(REDUCTION, K, sum_to_shape(np.abs(d * forward(x64, zeros, ones)), shape))
+    return out
+
+
+def norm_rope_concat_terms(norm_type=0, norm_added_type=0, rope_type=0, D=None) -> dict[str, OutputTerms]:
+    """NormRopeConcat forward: value_output is a copy; query/key outputs are row reductions
+    (K = D) when normed, elementwise under RoPE alone, copies otherwise; mean/rstd are row
+    reductions over D."""
+    def stream_class(t):
+        if t != NormType.NONE:
+            return OutputTerms(ROW_REDUCTION, D)
+        return OutputTerms(ELEMENTWISE) if rope_type != RopeType.NONE else OutputTerms(COPY)
+    qk = stream_class(max(norm_type, norm_added_type))
+    out = {"query_output": qk, "key_output": qk, "value_output": OutputTerms(COPY)}
+    for stream, (type_attr, _w, _b, mean, rstd) in STREAMS.items():
+        out[mean] = out[rstd] = OutputTerms(ROW_REDUCTION, D)
+    return out
+
+
+def norm_rope_concat_backward_terms(tensors: dict, attrs: dict, soc=None) -> dict[str, OutputTerms]:
+    """NormRopeConcatBackward, per output name (§3 and tolerances.md):
+
+    - grad_value, grad_encoder_value: copy;
+    - a stream's dx with norm type 0: copy without RoPE, elementwise with it;
+    - with norm type 1/2, dx = rstd*(gw - mean_D(gw) - xhat*mean_D(gw*xhat)) is a row reduction,
+      K = D, S = |rstd|*(|gw| + mean_D|gw| + |xhat|*mean_D|gw*xhat|);
+    - dbias = sum_BSN g' and dweight = sum_BSN g'*xhat: reductions with K = B*S*N rows,
+      S = sum_BSN |g'| and sum_BSN |g'*xhat|.
+    """
+    t, a, _ = backward_args(tensors, attrs, soc)
+    _, upstream = backward_exact(t, a)
+    D = t["query"].shape[-1]
+    out = {"grad_value": OutputTerms(COPY)}
+    if t["encoder_key"] is not None:
+        out["grad_encoder_value"] = OutputTerms(COPY)
+    for stream, (type_attr, weight, bias, mean, rstd) in STREAMS.items():
+        norm = a[type_attr]
+        x = t[stream]
+        if norm == NormType.AFFINE_LAYER_NORM and x is None:
+            out[f"grad_{weight}"] = out[f"grad_{bias}"] = OutputTerms(REDUCTION, 0, np.zeros(D))
+        if x is None:
+            continue
+        g = upstream[stream]
+        if norm == NormType.NONE:
+            out[f"grad_{stream}"] = OutputTerms(ELEMENTWISE if a["rope_type"] else COPY)
+            continue
+        xhat = (x - t[mean]) * t[rstd]
+        gw = g * t[weight] if norm == NormType.AFFINE_LAYER_NORM else g
+        s_dx = np.abs(t[rstd]) * (np.abs(gw) + np.abs(gw).mean(axis=-1, keepdims=True)
+                                  + np.abs(xhat) * np.abs(gw * xhat).mean(axis=-1, keepdims=True))
+        out[f"grad_{stream}"] = OutputTerms(ROW_REDUCTION, D, s_dx)
+        if norm == NormType.AFFINE_LAYER_NORM:
+            rows = prod(x.shape[:3])
+            out[f"grad_{bias}"] = OutputTerms(REDUCTION, rows, np.abs(g).sum(axis=(0, 1, 2)))
+            out[f"grad_{weight}"] = OutputTerms(REDUCTION, rows, np.abs(g * xhat).sum(axis=(0, 1, 2)))
+    return out
