@@ -1,0 +1,26 @@
+"""The command-line entry point: version, help, and one-line errors with exit code 2."""
+
+import subprocess
+import sys
+
+from click.testing import CliRunner
+
+import refspec
+from refspec.cli import main
+
+
+def test_version_and_help():
+    runner = CliRunner()
+    res = runner.invoke(main, ["--version"])
+    assert res.exit_code == 0 and refspec.__version__ in res.output
+    res = runner.invoke(main, ["--help"])
+    assert res.exit_code == 0 and "Usage:" in res.output
+
+
+def test_unknown_command_is_one_line_exit_2():
+    proc = subprocess.run([sys.executable, "-m", "refspec.cli", "no-such-command"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("refspec: error:") and "no-such-command" in lines[0]
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,32 @@
+"""The README's example runs and prints what it says it prints."""
+
+import pathlib
+import re
+import subprocess
+import sys
+
+README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _python_blocks():
+    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+
+
+def test_readme_example_runs():
+    blocks = _python_blocks()
+    assert blocks, "README has no python example"
+    out = subprocess.run([sys.executable, "-c", blocks[0]], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("bfloat16 (1, 1, 16, 64)")
+    assert "layout='BNSD'" in lines[0] and "cos_pattern='11SD'" in lines[0]
+    assert lines[1] == "561002 dy: D=63 must be even [rotary_position_embedding_grad mode=0]"
+
+
+def test_readme_setup_commands_come_first():
+    text = README.read_text()
+    first_block = re.search(r"```bash\n(.*?)```", text, flags=re.S).group(1)
+    commands = [line for line in first_block.splitlines() if line and not line.startswith("#")]
+    assert commands[0].endswith("refspec generate -o smoke.h5")
+    assert "python -m pytest -q" in commands[1] and ".[test]" in commands[1]
+    assert "python -m pytest -q" in (README.parent / ".ci" / "run").read_text()
