@@ -1,0 +1,347 @@
+"""GoldenWriter: writes a golden HDF5 file (schema v1) atomically, resumably.
+
+Semantics (docs/goldens.md, "Writing, resuming, merging"):
+
+- Everything is written to ``<path>.part``; a successful ``close()`` sets the root attribute
+  ``complete=True`` and renames the file to ``<path>``. An exception or a killed process leaves
+  only the ``.part`` file, whose ``complete`` is False: never a file that looks complete.
+- A case counts as written once all its datasets exist, its group carries ``written=True`` and
+  its id is appended to ``/index`` (in that order, then the file is flushed). A case interrupted
+  half-way is deleted and rewritten when it is written again on resume.
+- ``resume=True`` continues ``<path>.part`` (or a complete ``<path>``: that file is moved back to
+  ``.part`` only when a new case is actually written); ``has_case`` tells which cases to skip.
+- An existing ``<path>`` or ``<path>.part`` without ``force``/``resume`` is an error;
+  ``force=True`` starts a new ``.part`` and replaces ``<path>`` only when the new file is complete.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+
+import h5py
+import numpy as np
+
+from ._version import __version__
+from .errors import AclnnError
+from .goldens_format import (CASES_GROUP, INDEX_DATASET, LIBVER, SCHEMA_VERSION, DEFAULT_COMPRESSION,
+                             GoldenFileError, GoldenFileExistsError, atomic_replace, attr_value,
+                             case_path, check_case_id, chunk_shape, compression_filters,
+                             dumps_params, encode_array, fsync_path, part_path, to_jsonable)
+from .terms import CLASSES
+
+__all__ = ["GoldenWriter", "SWEEP_ATTRS"]
+
+#: root attributes that identify a sweep: resume and merge require them to match
+SWEEP_ATTRS = ("sweep_name", "sweep_definition", "sweep_seed")
+_RESERVED_CASE_ATTRS = ("case_id", "op", "params", "seed", "soc", "distribution",
+                        "expected_error_code", "expected_error_status", "expected_error_message",
+                        "regenerate", "written")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def create_golden_file(path, root_attrs: dict) -> h5py.File:
+    """A new, empty golden file (root attributes, ``/cases``, an empty ``/index``)."""
+    f = h5py.File(path, "w", libver=LIBVER, track_order=True)
+    try:
+        for k, v in root_attrs.items():
+            f.attrs[k] = v
+        f.attrs["complete"] = False
+        f.create_group(CASES_GROUP, track_order=True)
+        f.create_dataset(INDEX_DATASET, shape=(0,), maxshape=(None,), chunks=(1024,),
+                         dtype=h5py.string_dtype("utf-8"))
+        f.flush()
+    except BaseException:
+        f.close()
+        raise
+    return f
+
+
+def append_index(f: h5py.File, case_id: str) -> None:
+    index = f[INDEX_DATASET]
+    n = index.shape[0]
+    index.resize((n + 1,))
+    index[n] = case_id
+
+
+def require_case_parent(f: h5py.File, case_id: str) -> h5py.Group:
+    """The group that holds a case's group, creating the intermediate groups (ordered)."""
+    group = f[CASES_GROUP]
+    for part in case_id.split("/")[:-1]:
+        if part in group:
+            group = group[part]
+            if "case_id" in group.attrs:
+                raise ValueError(f"case id {case_id!r} would nest inside case "
+                                 f"{attr_value(group.attrs['case_id'])!r}")
+        else:
+            group = group.create_group(part, track_order=True)
+    return group
+
+
+class GoldenWriter:
+    """Write cases into a golden file; see the module docstring for the file semantics.
+
+    ``compression``: "none", "lzf", "gzip" or "gzip:N"; ``shuffle`` adds HDF5's byte-shuffle
+    filter. ``extra_attrs`` are further root attributes (for example a shard label).
+    """
+
+    def __init__(self, path, *, sweep_name: str, sweep_definition: str, sweep_seed: int,
+                 compression: str = DEFAULT_COMPRESSION, shuffle: bool = False,
+                 resume: bool = False, force: bool = False, extra_attrs: dict | None = None):
+        self.path = os.fspath(path)
+        self.part_path = part_path(self.path)
+        self._filters = compression_filters(compression, shuffle)
+        self._sweep = {"sweep_name": str(sweep_name), "sweep_definition": str(sweep_definition),
+                       "sweep_seed": int(sweep_seed)}
+        self._root_attrs = {
+            "schema_version": SCHEMA_VERSION, "refspec_version": __version__,
+            "numpy_version": np.__version__, "h5py_version": h5py.__version__,
+            "hdf5_version": h5py.version.hdf5_version, "created": _now(), **self._sweep,
+            "compression": str(compression), "shuffle": bool(shuffle), **(extra_attrs or {})}
+        self._file: h5py.File | None = None
+        self._reopen_complete = False     # resume of a complete file: moved to .part on first write
+        self._written: list[str] = []
+        self._done: set[str] = set()
+        self.cases_written = 0            # cases written by this writer (not counting resumed ones)
+        self.bytes_written = 0            # their logical (uncompressed) size in bytes
+        self._open(resume=resume, force=force)
+
+    # --- opening ----------------------------------------------------------------------------
+    def _open(self, resume: bool, force: bool) -> None:
+        directory = os.path.dirname(os.path.abspath(self.path))
+        if not os.path.isdir(directory):
+            raise GoldenFileError(f"cannot write: directory {directory} does not exist", self.path)
+        if os.path.isdir(self.path):
+            raise GoldenFileError("cannot write: is a directory", self.path)
+        if resume and os.path.exists(self.part_path):
+            self._file = self._open_existing(self.part_path)
+            self._file.attrs["complete"] = False
+        elif resume and os.path.exists(self.path):
+            self._file = self._open_existing(self.path, mode="r")
+            self._reopen_complete = True
+        elif not force and os.path.exists(self.path):
+            raise GoldenFileExistsError("output exists; use --force to replace it or --resume to "
+                                        "continue it", self.path)
+        elif not force and os.path.exists(self.part_path):
+            raise GoldenFileExistsError(f"{os.path.basename(self.part_path)} exists (an "
+                                        "interrupted run); use --resume to continue it or --force "
+                                        "to start over", self.path)
+        else:
+            try:
+                self._file = create_golden_file(self.part_path, self._root_attrs)
+            except OSError as exc:
+                raise GoldenFileError(f"cannot create {self.part_path}: {exc}", self.path) from None
+
+    def _open_existing(self, path: str, mode: str = "r+") -> h5py.File:
+        try:
+            f = h5py.File(path, mode)
+        except OSError as exc:
+            raise GoldenFileError(f"cannot resume: not a readable HDF5 file ({exc}); use --force "
+                                  "to start over", path) from None
+        try:
+            found = {k: attr_value(f.attrs.get(k)) for k in ("schema_version", *SWEEP_ATTRS)}
+            if found["schema_version"] != SCHEMA_VERSION:
+                raise GoldenFileError(f"cannot resume: schema_version {found['schema_version']} "
+                                      f"is not {SCHEMA_VERSION}; use --force to start over", path)
+            for key in SWEEP_ATTRS:
+                if found[key] != self._sweep[key]:
+                    raise GoldenFileError(f"cannot resume: it was written for another sweep "
+                                          f"({key} differs: {found[key]!r:.60} vs "
+                                          f"{self._sweep[key]!r:.60}); use --force to start over",
+                                          path)
+            self._load_index(f, repair=(mode == "r+"))
+        except BaseException:
+            f.close()
+            raise
+        return f
+
+    def _load_index(self, f: h5py.File, repair: bool) -> None:
+        ids = [s.decode("utf-8") if isinstance(s, bytes) else s for s in f[INDEX_DATASET][()]]
+        ok = [c for c in ids if case_path(c) in f and f[case_path(c)].attrs.get("written", False)]
+        if len(ok) != len(ids) and repair:       # entries whose group was lost: forget them
+            index = f[INDEX_DATASET]
+            index.resize((len(ok),))
+            if ok:
+                index[:] = ok
+        self._written = ok
+        self._done = set(ok)
+
+    def _make_writable(self) -> None:
+        if self._reopen_complete:
+            self._file.close()
+            self._file = None
+            os.replace(self.path, self.part_path)
+            self._file = h5py.File(self.part_path, "r+")
+            self._file.attrs["complete"] = False
+            self._file.flush()
+            self._reopen_complete = False
+
+    # --- writing ----------------------------------------------------------------------------
+    def has_case(self, case_id: str) -> bool:
+        """True when the case is completely written (in the file being resumed or by this run)."""
+        return case_id in self._done
+
+    def case_ids(self) -> list[str]:
+        """Ids of the completely written cases, in file order."""
+        return list(self._written)
+
+    def write_case(self, case_id: str, *, op: str, params: dict, seed: int, soc: str | None,
+                   distribution: str, inputs: dict, expected: dict | None = None,
+                   exact: dict | None = None, terms: dict | None = None,
+                   axes: dict | None = None, expected_error: AclnnError | None = None,
+                   regenerate: str = "") -> None:
+        """Write one case (schema v1, docs/goldens.md). ``inputs``/``expected``/``exact`` map
+        names to arrays (None values = absent tensors, skipped); ``terms`` maps each expected
+        output to its :class:`refspec.terms.OutputTerms`; ``axes`` to its axis letters.
+        A negative case (``expected_error`` given) has inputs only."""
+        if self._file is None:
+            raise GoldenFileError("the writer is closed", self.path)
+        check_case_id(case_id)
+        if case_id in self._done:
+            raise ValueError(f"case {case_id!r} is already written")
+        inputs = {k: v for k, v in (inputs or {}).items() if v is not None}
+        expected = {k: v for k, v in (expected or {}).items() if v is not None}
+        exact = {k: v for k, v in (exact or {}).items() if v is not None}
+        terms, axes = dict(terms or {}), dict(axes or {})
+        self._check_outputs(case_id, expected, exact, terms, axes, expected_error)
+        params_json = dumps_params(params)
+
+        self._make_writable()
+        f = self._file
+        path = case_path(case_id)
+        if path in f:                   # left by an interrupted run: rewrite from scratch
+            del f[path]
+        parent = require_case_parent(f, case_id)
+        g = parent.create_group(case_id.rsplit("/", 1)[-1], track_order=True)
+        for k, v in params.items():
+            v = to_jsonable(v)
+            if isinstance(v, (str, int, float, bool)) and k not in _RESERVED_CASE_ATTRS:
+                g.attrs[k] = v
+        g.attrs["case_id"] = case_id
+        g.attrs["op"] = str(op)
+        g.attrs["params"] = params_json
+        g.attrs["seed"] = int(seed)
+        g.attrs["soc"] = "" if soc is None else str(soc)
+        g.attrs["distribution"] = str(distribution)
+        g.attrs["expected_error_code"] = 0 if expected_error is None else int(expected_error.code)
+        g.attrs["expected_error_status"] = "" if expected_error is None else str(expected_error.status)
+        g.attrs["expected_error_message"] = ("" if expected_error is None
+                                             else str(getattr(expected_error, "message", expected_error)))
+        g.attrs["regenerate"] = str(regenerate)
+
+        nbytes = self._write_group(g, "inputs", inputs)
+        if expected_error is None:
+            nbytes += self._write_group(g, "expected", expected, terms, axes)
+            nbytes += self._write_group(g, "exact", exact)
+            sums = {k: terms[k].sum_abs for k in expected if terms[k].sum_abs is not None}
+            nbytes += self._write_group(g, "sum_abs", sums)
+        g.attrs["written"] = True
+        append_index(f, case_id)
+        f.flush()
+        self._written.append(case_id)
+        self._done.add(case_id)
+        self.cases_written += 1
+        self.bytes_written += nbytes
+
+    @staticmethod
+    def _check_outputs(case_id, expected, exact, terms, axes, expected_error) -> None:
+        where = f"case {case_id!r}"
+        if expected_error is not None:
+            if not isinstance(expected_error, AclnnError):
+                raise TypeError(f"{where}: expected_error must be an AclnnError instance")
+            if expected or exact:
+                raise ValueError(f"{where}: a negative case has inputs only (no expected/exact)")
+            return
+        if set(exact) != set(expected):
+            raise ValueError(f"{where}: exact outputs {sorted(exact)} must match expected "
+                             f"{sorted(expected)}")
+        for name, arr in expected.items():
+            if name not in terms or name not in axes:
+                raise ValueError(f"{where}: output {name!r} needs terms and axes")
+            if terms[name].comparison_class not in CLASSES:
+                raise ValueError(f"{where}: output {name!r}: comparison class "
+                                 f"{terms[name].comparison_class!r} not in {CLASSES}")
+            shape = np.shape(arr)
+            if np.shape(exact[name]) != shape:
+                raise ValueError(f"{where}: exact {name!r} shape {np.shape(exact[name])} != "
+                                 f"expected shape {shape}")
+            s = terms[name].sum_abs
+            if s is not None and np.shape(s) != shape:
+                raise ValueError(f"{where}: sum_abs {name!r} shape {np.shape(s)} != {shape}")
+
+    def _write_group(self, case_group, sub: str, arrays: dict, terms=None, axes=None) -> int:
+        if not arrays:
+            return 0
+        group = case_group.create_group(sub, track_order=True)
+        nbytes = 0
+        for name, value in arrays.items():
+            arr = np.asarray(value)
+            if sub in ("exact", "sum_abs"):
+                arr = arr.astype(np.float64, copy=False)
+            stored, attrs = encode_array(arr)
+            chunks = chunk_shape(stored.shape, stored.dtype.itemsize)
+            filters = self._filters if chunks is not None else {}
+            ds = group.create_dataset(name, data=stored, chunks=chunks, **filters)
+            for k, v in attrs.items():
+                ds.attrs[k] = v
+            if terms is not None:
+                t = terms[name]
+                ds.attrs["comparison_class"] = t.comparison_class
+                ds.attrs["reduced_terms"] = -1 if t.reduced_terms is None else int(t.reduced_terms)
+                ds.attrs["axes"] = str(axes[name])
+            nbytes += stored.nbytes
+        return nbytes
+
+    # --- closing ----------------------------------------------------------------------------
+    def flush(self) -> None:
+        if self._file is not None and self._file.mode != "r":
+            self._file.flush()
+
+    def close(self) -> str:
+        """Mark the file complete and rename it to its final name; returns that path."""
+        if self._file is None:
+            return self.path
+        if self._reopen_complete:       # resumed a complete file and wrote nothing new
+            self._file.close()
+            self._file = None
+            return self.path
+        f, self._file = self._file, None
+        try:
+            f.attrs["complete"] = True
+            f.flush()
+        finally:
+            f.close()
+        atomic_replace(self.part_path, self.path)
+        return self.path
+
+    def abort(self) -> None:
+        """Close without completing: the ``.part`` file stays for a later resume."""
+        if self._file is None:
+            return
+        f, self._file = self._file, None
+        try:
+            if f.mode != "r":
+                f.flush()
+        finally:
+            f.close()
+        if not self._reopen_complete:
+            fsync_path(self.part_path)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+        return False
+
+    def __del__(self):
+        try:
+            self.abort()
+        except Exception:
+            pass
