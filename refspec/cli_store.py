@@ -9,13 +9,19 @@ from collections import Counter
 
 import click
 
-from .cli import CliError
 from .export import FORMATS, export as export_cases
 from .goldens_format import UnknownCaseError
 from .goldens_merge import merge as merge_shards
 from .goldens_read import GoldenCase, GoldenFile, LazyArray
 
 __all__ = ["register", "show", "export", "merge", "file_summary", "case_summary"]
+
+
+def _cli_error(message: str):
+    """refspec.cli.CliError, imported when needed: refspec.cli imports this module, and under
+    ``python -m refspec.cli`` a module-level import would be circular."""
+    from .cli import CliError
+    return CliError(message)
 
 
 def _human(n: int) -> str:
@@ -157,7 +163,7 @@ def show(file, case, as_json, ids):
         try:
             golden_case = gf[case]
         except UnknownCaseError as exc:
-            raise CliError(str(exc)) from None
+            raise _cli_error(str(exc)) from None
         summary = case_summary(golden_case)
         if as_json:
             click.echo(json.dumps(summary, indent=2, default=str))
@@ -181,7 +187,7 @@ def export(file, cases, fmt, out_dir, force):
     try:
         dirs = export_cases(file, out_dir, cases or None, fmt=fmt, force=force)
     except UnknownCaseError as exc:
-        raise CliError(str(exc)) from None
+        raise _cli_error(str(exc)) from None
     click.echo(f"exported {len(dirs)} case(s) as .{fmt} under {out_dir}", err=True)
     return 0
 

@@ -1,0 +1,135 @@
+"""`refspec show`, `refspec export`, `refspec merge`: output and one-line errors (exit 2)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import refspec
+import refspec.goldens as goldens
+from refspec.cli import main
+from refspec.goldens_example import nrc_backward_case, rope_grad_case
+
+SWEEP = dict(sweep_name="cli", sweep_definition='name = "cli"\nseed = 9\n', sweep_seed=9)
+RG = "rope_grad/mode=half/dtype=bfloat16/B2N4S16D32"
+NRC = "nrc_grad/types=2,1/dtype=float32"
+NEG = "rope_grad/neg/mode=quarter/soc=A2"
+
+
+@pytest.fixture(scope="module")
+def golden(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli") / "g.h5"
+    neg = rope_grad_case(dtype="float16", seed=4)
+    with goldens.GoldenWriter(path, **SWEEP) as w:
+        w.write_case(RG, **rope_grad_case(dtype="bfloat16", seed=1))
+        w.write_case(NRC, **nrc_backward_case(dtype="float32", seed=2))
+        w.write_case(NEG, op=neg["op"], params={**neg["params"], "soc": "A2"}, seed=4, soc="A2",
+                     distribution="random", inputs=neg["inputs"],
+                     expected_error=refspec.TilingError("mode: 2 has no kernel on A2"),
+                     regenerate="refspec generate --sweep cli --case " + NEG)
+    return str(path)
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def one_line_error(res, *fragments):
+    assert res.exit_code == 2, (res.output, res.stderr)
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("refspec: error:"), res.stderr
+    assert "Traceback" not in res.stderr + res.stdout
+    for frag in fragments:
+        assert frag in lines[0]
+
+
+def test_show_file_summary(golden):
+    res = run("show", golden)
+    assert res.exit_code == 0, res.stderr
+    out = res.stdout
+    assert "sweep:             cli (seed 9)" in out
+    assert "cases:             3 (1 negative)" in out
+    assert "norm_rope_concat_backward 1" in out and "rotary_position_embedding_grad 2" in out
+    assert "bfloat16 1" in out and "float16 1" in out and "float32 1" in out
+    assert "A2 1" in out and "none 2" in out and "schema_version:    1" in out
+    summary = json.loads(run("show", golden, "--json").stdout)
+    assert summary["cases"] == 3 and summary["negative"] == 1 and summary["complete"] is True
+    assert summary["attrs"]["sweep_definition"] == SWEEP["sweep_definition"]
+    # the data size is the sum of every dataset's logical size
+    with goldens.open(golden) as gf:
+        total = sum(g[n].nbytes for c in gf for g in (c.inputs, c.expected, c.exact, c.sum_abs) for n in g)
+    assert summary["data_bytes"] == total and summary["file_bytes"] == os.path.getsize(golden)
+    assert run("show", golden, "--ids").stdout.split() == [RG, NRC, NEG]
+
+
+def test_show_case(golden):
+    res = run("show", golden, RG)
+    assert res.exit_code == 0, res.stderr
+    out = res.stdout
+    assert f"case:              {RG}" in out and "op:                rotary_position_embedding_grad" in out
+    assert '  mode:                0' in out and '  layout:              "BNSD"' in out
+    assert "seed:              1" in out and "soc:               none (math only)" in out
+    assert "expected error:    none (positive case)" in out
+    dy = next(line for line in out.splitlines() if line.strip().startswith("dy "))
+    assert "2x4x16x32" in dy and "bfloat16" in dy and "8.0 KiB" in dy and "lzf" in dy
+    dcos = next(line for line in out.splitlines() if line.strip().startswith("dcos "))
+    assert "class=reduction K=8 axes=BNSD sum_abs=yes" in dcos
+    assert "regenerate:        refspec.goldens_example.rope_grad_case(" in out
+    neg = run("show", golden, NEG).stdout
+    assert "expected error:    561002 ACLNN_ERR_INNER_TILING_ERROR: mode: 2 has no kernel on A2" in neg
+    data = json.loads(run("show", golden, NRC, "--json").stdout)
+    gq = data["outputs"]["grad_query"]
+    assert gq["comparison_class"] == "row_reduction" and gq["reduced_terms"] == 16
+    assert gq["shape"] == [1, 8, 2, 16] and gq["dtype"] == "float32" and gq["bytes"] == 1 * 8 * 2 * 16 * 4
+    assert gq["exact"]["dtype"] == "float64" and gq["sum_abs"]["shape"] == [1, 8, 2, 16]
+    assert data["params"]["norm_type"] == 2 and data["expected_error"] is None
+
+
+def test_export_and_merge_commands(golden, tmp_path):
+    res = run("export", golden, "--case", RG, "--format", "npy", "-o", tmp_path / "out")
+    assert res.exit_code == 0, res.stderr
+    d = tmp_path / "out" / RG
+    assert (d / "golden_dx.npy").exists() and (d / "case.json").exists()
+    assert np.load(d / "dy.npy", allow_pickle=False).dtype == np.uint16
+    one_line_error(run("export", golden, "--case", RG, "--format", "npy", "-o", tmp_path / "out"),
+                   "exists", "--force")
+    assert run("export", golden, "--case", RG, "--format", "npy", "-o", tmp_path / "out",
+               "--force").exit_code == 0
+    res = run("merge", tmp_path / "m.h5", golden)
+    assert res.exit_code == 0, res.stderr
+    assert "merged 3 cases from 1 shard(s)" in res.stderr
+    one_line_error(run("merge", tmp_path / "m.h5", golden), "exists", "--force")
+    one_line_error(run("merge", tmp_path / "m2.h5", golden, golden), "duplicate case id")
+
+
+def test_cli_errors_are_one_line(golden, tmp_path):
+    one_line_error(run("show", tmp_path / "missing.h5"), "missing.h5: no such file")
+    notes = tmp_path / "notes.h5"
+    notes.write_text("not hdf5")
+    one_line_error(run("show", notes), "not an HDF5 file")
+    one_line_error(run("show", golden, "rope_grad/nope"), "case 'rope_grad/nope' is not in")
+    one_line_error(run("export", golden, "--case", "nope", "-o", tmp_path / "o"), "'nope' is not in")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    one_line_error(run("export", golden, "-o", blocker / "sub"))          # cannot create the dir
+    one_line_error(run("export", golden, "-o", blocker), "is a file")
+    res = run("export", golden, "--format", "pt", "-o", tmp_path / "o")
+    assert res.exit_code == 2 and "Traceback" not in res.stderr
+
+
+def test_real_process_one_line_exit_2(golden, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    for args, fragment in ((["show", golden, "no/such/case"], "is not in"),
+                           (["export", golden, "-o", str(blocker / "x")], str(blocker)),
+                           (["show", str(tmp_path / "none.h5")], "no such file")):
+        proc = subprocess.run([sys.executable, "-m", "refspec.cli", *map(str, args)],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("refspec: error:") and fragment in lines[0]
+        assert "Traceback" not in proc.stderr
