@@ -214,9 +214,17 @@ def norm_rope_concat(query, key, value, encoder_query=None, encoder_key=None, en
     return NormRopeConcatOutputs(**outs)
 
 
+#: the backward's tensor parameters (absent optional ones may be left out of ``tensors``)
+BACKWARD_TENSORS = (("grad_query_output", "grad_key_output", "grad_value_output", "query", "key",
+                     "encoder_query", "encoder_key", "rope_sin", "rope_cos")
+                    + tuple(n for spec in STREAMS.values() for n in (spec[1], spec[3], spec[4])))
+
+
 def backward_args(tensors: dict, attrs: dict, soc=None):
-    """Validate the backward's tensors (by parameter name) and attributes (norm_type,
-    norm_added_type, rope_type, concat_order); returns (float64 arrays, attributes, dtype T)."""
+    """Validate the backward's tensors (by parameter name; a name left out means absent) and
+    attributes (norm_type, norm_added_type, rope_type, concat_order); returns (float64 arrays,
+    attributes, dtype T)."""
+    tensors = {**dict.fromkeys(BACKWARD_TENSORS), **tensors}
     arrays, a, _ = check_nrc_args("norm_rope_concat_backward", "grad_query_output", tensors,
                                   attrs, soc, backward=True)
     return _widen(arrays), a, arrays["grad_query_output"].dtype
