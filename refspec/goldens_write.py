@@ -39,6 +39,14 @@ _RESERVED_CASE_ATTRS = ("case_id", "op", "params", "seed", "soc", "distribution"
                         "regenerate", "written")
 
 
+def _describe(filters: dict) -> str:
+    """"none", "lzf", "gzip:1", with "+shuffle" when the shuffle filter is on."""
+    name = filters.get("compression", "none")
+    if name == "gzip":
+        name = f"gzip:{filters['compression_opts']}"
+    return name + ("+shuffle" if filters.get("shuffle") else "")
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
@@ -84,12 +92,13 @@ def require_case_parent(f: h5py.File, case_id: str) -> h5py.Group:
 class GoldenWriter:
     """Write cases into a golden file; see the module docstring for the file semantics.
 
-    ``compression``: "none", "lzf", "gzip" or "gzip:N"; ``shuffle`` adds HDF5's byte-shuffle
-    filter. ``extra_attrs`` are further root attributes (for example a shard label).
+    ``compression``: "none" (default, see docs/goldens.md "Compression"), "lzf", "gzip" or
+    "gzip:N" (level N, default 1); ``shuffle``: HDF5's byte-shuffle filter (None: on for gzip).
+    ``extra_attrs`` are further root attributes (for example a shard label).
     """
 
     def __init__(self, path, *, sweep_name: str, sweep_definition: str, sweep_seed: int,
-                 compression: str = DEFAULT_COMPRESSION, shuffle: bool = False,
+                 compression: str = DEFAULT_COMPRESSION, shuffle: bool | None = None,
                  resume: bool = False, force: bool = False, extra_attrs: dict | None = None):
         self.path = os.fspath(path)
         self.part_path = part_path(self.path)
@@ -100,7 +109,7 @@ class GoldenWriter:
             "schema_version": SCHEMA_VERSION, "refspec_version": __version__,
             "numpy_version": np.__version__, "h5py_version": h5py.__version__,
             "hdf5_version": h5py.version.hdf5_version, "created": _now(), **self._sweep,
-            "compression": str(compression), "shuffle": bool(shuffle), **(extra_attrs or {})}
+            "compression": _describe(self._filters), **(extra_attrs or {})}
         self._file: h5py.File | None = None
         self._reopen_complete = False     # resume of a complete file: moved to .part on first write
         self._written: list[str] = []

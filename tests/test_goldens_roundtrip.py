@@ -269,3 +269,19 @@ def test_existing_output_needs_force_or_resume(tmp_path):
         goldens.GoldenWriter(tmp_path / "no" / "dir.h5", **SWEEP)
     with pytest.raises(ValueError, match="compression"):
         goldens.GoldenWriter(tmp_path / "c.h5", **SWEEP, compression="zstd")
+
+
+@pytest.mark.parametrize("compression, shuffle, want", [
+    (None, None, "none"), ("gzip", None, "gzip:1+shuffle"), ("gzip:6", False, "gzip:6"),
+    ("lzf", None, "lzf"), ("lzf", True, "lzf+shuffle")])
+def test_compression_settings_are_applied_and_recorded(tmp_path, compression, shuffle, want):
+    writer = {} if compression is None else dict(compression=compression, shuffle=shuffle)
+    a = np.arange(50_000, dtype=np.float32)
+    path = write_one(tmp_path / "g.h5", op="x", params={}, seed=0, soc=None, distribution="r",
+                     inputs={"a": a}, writer=writer)
+    with goldens.open(path) as gf:
+        assert gf.attrs["compression"] == want
+        lazy = gf["c/1"].inputs["a"]
+        assert lazy.compression == want and np.array_equal(lazy[:], a)
+        if want != "none":        # a ramp compresses: the filter really ran
+            assert lazy.stored_nbytes < a.nbytes
