@@ -206,6 +206,10 @@ def judge_output(case, name: str, actual, rule: Rule, opts: JudgeOptions, contex
         ax = _heat_axes(info["shape"], info["axes"], opts.heatmap_axes)
         if ax is not None:
             heat = (info["shape"], ax[0], ax[1])
+            letters = info["axes"] if len(info["axes"]) == len(info["shape"]) else ""
+            def _n(i):
+                return letters[i] if letters else f"axis {i}"
+            res.heat_axes = (_n(ax[0]), _n(ax[1])) if ax[1] is not None else ("", _n(ax[0]))
     acc = Accumulator(small, opts.top, heat)
     judge = BlockJudge(None if rule.ratio_level else rule, dt, info["K"], acc, opts.saturation)
     bench_judge = None

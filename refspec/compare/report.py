@@ -39,6 +39,7 @@ class OutputResult:
     rule: str = ""
     metrics: Metrics | None = None
     ratio: dict | None = None
+    heat_axes: tuple | None = None         # (row axis, column axis) of the error map
 
     @property
     def passed(self) -> bool:
