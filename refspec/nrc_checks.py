@@ -66,8 +66,12 @@ def check_nrc_args(op: str, primary_name: str, tensors: dict, attrs: dict, soc, 
     a["concat_order"] = check_attr(attrs["concat_order"], "concat_order", (0, 1), ctx)
     if not backward:
         eps = attrs["eps"]
-        if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating, np.integer)) \
-                or not math.isfinite(float(eps)) or float(eps) < 0:
+        try:
+            eps_ok = (not isinstance(eps, bool) and isinstance(eps, (int, float, np.floating, np.integer))
+                      and math.isfinite(float(eps)) and float(eps) >= 0)
+        except OverflowError:   # an int beyond float range
+            eps_ok = False
+        if not eps_ok:
             raise ParamInvalidError(f"eps: {eps!r} must be a finite number >= 0 [{ctx}]")
         a["eps"] = float(eps)
         if not isinstance(attrs["is_training"], (bool, np.bool_)):
