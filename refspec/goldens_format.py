@@ -34,11 +34,11 @@ CASE_SUBGROUPS = ("inputs", "expected", "exact", "sum_abs")
 BF16_ENCODING = "bfloat16-bits"
 #: compression names accepted by the writer ("gzip" takes a level: "gzip", "gzip:1" ... "gzip:9")
 COMPRESSIONS = ("none", "lzf", "gzip")
-#: chosen from benchmarks/bench_compression.py (see docs/goldens.md, "Compression"): random
-#: mantissas leave gzip 29 % and lzf 10 % to save, at 3.5x and 2.6x slower full reads and 9x and
-#: 5x slower writes (the writing process is the generator's serial part)
+#: chosen from benchmarks/bench_compression.py (docs/goldens.md, "Compression"): random
+#: mantissas leave gzip+shuffle 29 % and lzf 10 % to save, for 3-5x and 2.5-4x slower full reads
+#: and about 10x and 5x slower writes (writing is the serial part of a parallel generate)
 DEFAULT_COMPRESSION = "none"
-#: gzip level when none is given: level 1 writes 1.2x faster than 4 for 1 % more bytes
+#: gzip level when none is given: level 4 saves only 1 % more bytes than level 1
 DEFAULT_GZIP_LEVEL = 1
 #: oldest file format the writer emits: HDF5 1.8 (creation order, dense attributes), newest 1.10,
 #: so HDF5 >= 1.10 readers (h5dump, HDFView, MATLAB, Julia) open every file.

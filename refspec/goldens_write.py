@@ -293,7 +293,7 @@ class GoldenWriter:
             stored, attrs = encode_array(arr)
             chunks = chunk_shape(stored.shape, stored.dtype.itemsize)
             filters = self._filters if chunks is not None else {}
-            ds = group.create_dataset(name, data=stored, chunks=chunks, **filters)
+            ds = group.create_dataset(name, data=stored, chunks=chunks, track_order=True, **filters)
             for k, v in attrs.items():
                 ds.attrs[k] = v
             if terms is not None:
