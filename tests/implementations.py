@@ -265,10 +265,12 @@ def nrc_backward(inputs: dict, attrs: dict, dtype, bug=None) -> dict:
         if bug == "ln_recomputed_no_eps":
             mean = np.add.reduce(x, axis=-1, dtype=F32, keepdims=True) / F32(D)
             var = np.add.reduce((x - mean) ** 2, axis=-1, dtype=F32, keepdims=True) / F32(D)
-            rstd = F32(1) / np.sqrt(var)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rstd = F32(1) / np.sqrt(var)
         else:
             mean, rstd = t[f"{prefix}_mean"], t[f"{prefix}_rstd"]
-        xhat = (x - mean) * rstd
+        with np.errstate(invalid="ignore"):
+            xhat = (x - mean) * rstd
         if typ == 2:
             gw = gs * t[f"{prefix}_weight"]
             out[f"grad_{prefix}_bias"] = np.add.reduce(gs.reshape(-1, D), axis=0, dtype=F32)
