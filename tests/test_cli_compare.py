@@ -1,0 +1,126 @@
+"""Proof (e): `refspec compare` exit codes and reports (terminal, JSON keys, JUnit XML that
+parses, HTML with an image per failing output)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+import refspec.goldens as goldens
+from refspec.export import export
+from refspec.goldens_example import nrc_backward_case, rope_grad_case
+
+
+def refspec_cli(*args, cwd=None):
+    code = "import sys; from refspec.cli import main; sys.argv[0] = 'refspec'; main()"
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True,
+                          text=True, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    g = d / "g.h5"
+    with goldens.GoldenWriter(g, sweep_name="t", sweep_definition="", sweep_seed=0) as w:
+        w.write_case("rope/a", **rope_grad_case(B=2, N=2, S=4, D=8, dtype="float16"))
+        w.write_case("nrc/b", **nrc_backward_case(dtype="bfloat16"))
+    good, bad = d / "good", d / "bad"
+    export(g, good)
+    export(g, bad)
+    with goldens.open(g) as gf:
+        for case in gf:
+            for n in case.output_names:
+                a = case.expected[n][()]
+                bits = a.view(f"u{a.itemsize}")
+                stem = {"grad_value": "gradValue", "grad_query": "gradQuery"}.get(n, n)
+                from refspec.names import output_file
+                bits.tofile(good.joinpath(*case.case_id.split("/"), output_file(n, case.op)))
+                if n == "dx":
+                    a = a.copy()
+                    a[1, 0, 3, 2] += 1
+                if n == "grad_key":
+                    continue
+                a.view(f"u{a.itemsize}").tofile(bad.joinpath(*case.case_id.split("/"), output_file(n, case.op)))
+    return d, g, good, bad
+
+
+def test_all_pass_exit_0(setup):
+    d, g, good, _ = setup
+    p = refspec_cli("compare", g, good)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.strip().splitlines()[-1].startswith("PASS: ")
+
+
+def test_failures_exit_1_with_reports(setup, tmp_path):
+    d, g, _, bad = setup
+    p = refspec_cli("compare", g, bad, "--json", tmp_path / "r.json", "--junit", tmp_path / "r.xml",
+                    "--html", tmp_path / "r.html")
+    assert p.returncode == 1, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[-1].startswith("FAIL: ")
+    # failures first: the first rows after the header are not passes
+    assert lines[1].split()[0] in ("MISSING", "FAIL")
+    assert any(ln.strip().startswith("dx[b=1,n=0,s=3,d=2] = ") for ln in lines)
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["schema"] == "refspec-compare/1"
+    assert set(doc) >= {"golden", "actual", "standard", "overrides", "saturation", "summary", "results"}
+    r0 = next(r for r in doc["results"] if r["output"] == "dx")
+    assert set(r0) >= {"case_id", "output", "verdict", "status", "reason", "message", "metrics",
+                       "worst", "regenerate", "rule", "comparison_class", "dtype", "shape", "axes"}
+    m = r0["metrics"]
+    assert set(m) >= {"mismatches", "mismatch_fraction", "max_abs_error", "max_rel_error", "rmse",
+                      "cosine", "nan_mismatches", "inf_mismatches", "ulp_histogram", "small_values"}
+    assert m["max_abs_error"]["index"] == {"b": 1, "n": 0, "s": 3, "d": 2}
+    assert len(r0["worst"]) == 10
+    missing = next(r for r in doc["results"] if r["output"] == "grad_key")
+    assert missing["status"] == "missing"
+    suite = ET.parse(tmp_path / "r.xml").getroot()
+    cases = suite.findall("testcase")
+    assert len(cases) == len(doc["results"])
+    assert len(suite.findall("testcase/failure")) == 1 and len(suite.findall("testcase/error")) == 1
+    html = (tmp_path / "r.html").read_text()
+    assert html.count("data:image/png;base64,") == 2      # dx: error heatmap and ulp histogram
+    assert "dx[b=1,n=0,s=3,d=2]" in html
+
+
+@pytest.mark.parametrize("args", [
+    ["--standard", "nope"], ["--rtol", "abc"], ["--case", "zz*"], ["--case", "no/such"],
+    ["--standard", "ratio", "--rtol", "0.1"], ["--heatmap-axes", "12"], ["--json", "/nonexistent/dir/r.json"],
+])
+def test_usage_errors_exit_2_one_line(setup, args):
+    d, g, good, _ = setup
+    p = refspec_cli("compare", g, good, *args)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert p.stderr.startswith("refspec: error: ") and len(p.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in p.stderr
+
+
+def test_unreadable_golden_and_missing_actual_exit_2(setup, tmp_path):
+    d, g, good, _ = setup
+    (tmp_path / "junk.h5").write_bytes(b"not hdf5")
+    for args in ((tmp_path / "junk.h5", good), (tmp_path / "none.h5", good), (g, tmp_path / "none")):
+        p = refspec_cli("compare", *args)
+        assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+
+
+def test_override_shown_and_case_filter(setup):
+    d, g, _, bad = setup
+    p = refspec_cli("compare", g, bad, "--case", "rope/*", "--atol", "2")
+    assert p.returncode == 0, p.stdout
+    assert "override atol=2" in p.stdout
+
+
+def test_html_without_matplotlib_still_renders(setup, tmp_path, monkeypatch):
+    from refspec.compare import compare
+    from refspec.compare import render_html
+    d, g, _, bad = setup
+    report = compare(str(g), str(bad), heatmaps=True)
+    monkeypatch.setattr(render_html, "_pyplot", lambda: None)
+    text = render_html.render_html(report)
+    assert "matplotlib is not installed" in text and "data:image/png" not in text
+    assert "<table>" in text
