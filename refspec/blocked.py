@@ -44,19 +44,25 @@ MIN_ELEMENTS = 1 << 19
 def blocks(shape: tuple, target: int = BLOCK_ELEMENTS):
     """Index tuples (of slices, rank preserved) cutting ``shape`` into C-ordered blocks of about
     ``target`` elements: single indices on the outer axes, a run along one axis, whole inner
-    axes."""
+    axes (the last axis always whole)."""
     shape = tuple(shape)
     if not shape:
         yield ()
         return
-    a = 0
-    while a < len(shape) - 1 and prod(shape[a + 1:]) > target:
+    a = 0                               # the last axis (D) is never cut
+    while a < len(shape) - 2 and prod(shape[a + 1:]) > target:
         a += 1
     run = max(1, target // max(1, prod(shape[a + 1:])))
     for outer in itertools.product(*(range(n) for n in shape[:a])):
         for j in range(0, shape[a], run):
             yield (tuple(slice(i, i + 1) for i in outer) + (slice(j, min(j + run, shape[a])),)
                    + tuple(slice(None) for _ in shape[a + 1:]))
+
+
+def _first_row(a: np.ndarray) -> np.ndarray:
+    """A (1, ..., 1, D) slice: enough for the terms of an elementwise output, whose metadata
+    does not depend on the values."""
+    return a[(slice(0, 1),) * (a.ndim - 1)]
 
 
 def _reduced_index(index: tuple, dims: tuple) -> tuple:
@@ -73,9 +79,15 @@ class _Accumulator:
         self.started: set = set()
 
     def add(self, index: tuple, terms: np.ndarray) -> None:
+        if not self.dims:                # no reduction at all: the terms are the output
+            self.out[index] = terms
+            return
         inner = tuple(i for i in self.dims if terms.shape[i] > 1)
         target = _reduced_index(index, self.dims)
         key = tuple((s.start, s.stop) for s in target)
+        if key in self.started and not inner:
+            self.out[target] += terms    # running sum + this block's single term
+            return
         if key in self.started:
             first = tuple(slice(0, 1) if i in inner else slice(None) for i in range(terms.ndim))
             terms[first] += self.out[target]
@@ -105,11 +117,12 @@ def rope_grad_blocked(dy, cos, sin, x=None, mode=0, *, soc=None, with_terms=True
         if with_terms:
             abs_c, abs_s = np.empty(cshape), np.empty(cshape)
             accs["abs_dcos"], accs["abs_dsin"] = _Accumulator(abs_c, dims), _Accumulator(abs_s, dims)
+    c64, s64 = to_float64(c), to_float64(s)          # shared by the blocks (cos's shape)
     for index in blocks(full, target):
         cidx = _reduced_index(index, dims)
         d_b = to_float64(d[index])
-        c_b = np.broadcast_to(to_float64(c[cidx]), d_b.shape)
-        s_b = np.broadcast_to(to_float64(s[cidx]), d_b.shape)
+        c_b = np.broadcast_to(c64[cidx], d_b.shape)
+        s_b = np.broadcast_to(s64[cidx], d_b.shape)
         x_b = None if xo is None else to_float64(xo[index])
         dx_b, dc_b, ds_b = formula(d_b, c_b, s_b, x_b)
         dx[index] = dx_b
@@ -123,8 +136,8 @@ def rope_grad_blocked(dy, cos, sin, x=None, mode=0, *, soc=None, with_terms=True
             accs["abs_dsin"].add(index, t["dsin"].sum_abs)
     terms = None
     if with_terms:
-        terms = {"dx": rope_grad_terms(d[(slice(0, 1),) * d.ndim], c[(slice(0, 1),) * c.ndim],
-                                       s[(slice(0, 1),) * s.ndim], None, args.mode, None)["dx"]}
+        terms = {"dx": rope_grad_terms(_first_row(d), _first_row(c), _first_row(s), None,
+                                       args.mode, None)["dx"]}
         if xo is not None:
             K = prod(full[i] for i in dims)
             terms["dcos"] = OutputTerms(REDUCTION, K, abs_c)
@@ -140,11 +153,11 @@ def rope_blocked(x, cos, sin, mode=0, *, soc=None, target: int = BLOCK_ELEMENTS)
     formula = ROPE_FORWARD[RopeMode(args.mode)]
     dims = broadcast_dims(p.shape, c.shape)
     y = np.empty(p.shape)
+    c64, s64 = to_float64(c), to_float64(s)
     for index in blocks(p.shape, target):
         cidx = _reduced_index(index, dims)
-        y[index] = formula(to_float64(p[index]), to_float64(c[cidx]), to_float64(s[cidx]))
-    one = (slice(0, 1),)
-    terms = rope_terms(p[one * p.ndim], c[one * c.ndim], s[one * s.ndim], args.mode, None)
+        y[index] = formula(to_float64(p[index]), c64[cidx], s64[cidx])
+    terms = rope_terms(_first_row(p), _first_row(c), _first_row(s), args.mode, None)
     return {"y": y}, terms
 
 

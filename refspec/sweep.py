@@ -412,7 +412,7 @@ class Case:
 class Tier:
     name: str
     cap: int | None = None
-    cover: tuple = ()
+    cover: tuple | None = None          # None: not given (a block override inherits the tier's)
     seed: int | None = None
     description: str = ""
     every: bool = False      # a block override "all": the block's every case
@@ -602,7 +602,7 @@ def _expand_block(block: Block) -> None:
 
 def _parse_tier(name: str, spec, where: str, block: bool = False) -> Tier:
     if block and spec == "all":
-        return Tier(name, None, (), None, "every case of the block", every=True)
+        return Tier(name, None, None, None, "every case of the block", every=True)
     if isinstance(spec, int) and not isinstance(spec, bool) and block:
         spec = {"cap": spec}
     if not isinstance(spec, dict):
@@ -614,7 +614,7 @@ def _parse_tier(name: str, spec, where: str, block: bool = False) -> Tier:
     cap = spec.get("cap")
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
         raise SweepError(f"{where}: cap {cap!r} must be an integer >= 0")
-    cover = []
+    cover = [] if "cover" in spec else None
     every_axis = {a for axes in OP_AXES.values() for a in axes} | {"shape"}
     for entry in spec.get("cover", []):
         group = tuple(entry) if isinstance(entry, list) else (entry,)
@@ -626,7 +626,8 @@ def _parse_tier(name: str, spec, where: str, block: bool = False) -> Tier:
     seed = spec.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise SweepError(f"{where}: seed {seed!r} must be an integer")
-    return Tier(name, cap, tuple(cover), seed, str(spec.get("description", "")))
+    return Tier(name, cap, None if cover is None else tuple(cover), seed,
+                str(spec.get("description", "")))
 
 
 _PARAM_OF_AXIS = {"mode": "mode_name", "cos": "cos_pattern", "dist": "distribution",
@@ -646,7 +647,7 @@ def _subsample(block: Block, tier: Tier, sweep_seed: int) -> list[str]:
     if over is not None and over.every:
         return [cid for cid, _ in block.cases]
     cap = over.cap if over is not None and over.cap is not None else tier.cap
-    cover = over.cover if over is not None and over.cover else tier.cover
+    cover = over.cover if over is not None and over.cover is not None else (tier.cover or ())
     seed = tier.seed if tier.seed is not None else sweep_seed
     ids = [cid for cid, _ in block.cases]
     if cap is None and not cover:
