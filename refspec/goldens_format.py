@@ -18,7 +18,7 @@ import numpy as np
 from .dtypes import bfloat16, dtype_name
 
 __all__ = [
-    "SCHEMA_VERSION", "CASES_GROUP", "INDEX_DATASET", "CASE_SUBGROUPS", "BF16_ENCODING",
+    "SCHEMA_VERSION", "CASES_GROUP", "CHUNK_BYTES", "MIN_CHUNKED_BYTES", "INDEX_DATASET", "CASE_SUBGROUPS", "BF16_ENCODING",
     "COMPRESSIONS", "DEFAULT_COMPRESSION", "DEFAULT_GZIP_LEVEL", "LIBVER",
     "GoldenFileError", "GoldenFileExistsError", "UnknownCaseError",
     "part_path", "encode_array", "decode_array", "real_dtype", "chunk_shape",
@@ -40,11 +40,16 @@ COMPRESSIONS = ("none", "lzf", "gzip")
 DEFAULT_COMPRESSION = "none"
 #: gzip level when none is given: level 4 saves only 1 % more bytes than level 1
 DEFAULT_GZIP_LEVEL = 1
-#: oldest file format the writer emits: HDF5 1.8 (creation order, dense attributes), newest 1.10,
-#: so HDF5 >= 1.10 readers (h5dump, HDFView, MATLAB, Julia) open every file.
+#: HDF5 file format 1.8 at least (creation order, compact/dense attributes), 1.10 at most, so
+#: HDF5 >= 1.10 libraries (h5dump, HDFView, MATLAB, Julia) read every file. Not 1.10 as the
+#: lower bound: its superblock marks a file "open for writing" until closed, and a killed run's
+#: .part could then not be reopened for --resume without h5clear.
 LIBVER = ("v108", "v110")
 #: target size of one chunk in bytes (C-order blocks of whole trailing rows)
 CHUNK_BYTES = 1 << 20
+#: smaller datasets are stored contiguous: a 1.8-format chunk index costs ~4 KiB per dataset
+#: (a smoke sweep file was 9x its data when every tiny tensor was chunked)
+MIN_CHUNKED_BYTES = 64 << 10
 
 
 class GoldenFileError(OSError):
@@ -109,10 +114,12 @@ def decode_array(raw, encoding) -> np.ndarray:
     return raw
 
 
-def chunk_shape(shape: tuple[int, ...], itemsize: int, target: int = CHUNK_BYTES):
-    """C-order block chunks of about ``target`` bytes: whole trailing axes, a run of the first
-    axis that does not fit whole. None for scalars and empty arrays (stored contiguous)."""
-    if len(shape) == 0 or prod(shape) == 0:
+def chunk_shape(shape: tuple[int, ...], itemsize: int, target: int = CHUNK_BYTES,
+                min_bytes: int = MIN_CHUNKED_BYTES):
+    """C-order block chunks of about ``target`` bytes: whole trailing axes, an evenly split run
+    of the first axis that does not fit whole. None (stored contiguous, unfiltered) for scalars,
+    empty arrays and arrays under ``min_bytes``."""
+    if len(shape) == 0 or prod(shape) == 0 or prod(shape) * itemsize < min_bytes:
         return None
     chunk = list(shape)
     for i in range(len(shape)):

@@ -181,7 +181,9 @@ def test_lazy_slices_blocks_and_asarray(tmp_path):
 def test_chunks_are_c_order_row_blocks():
     from refspec.goldens_format import chunk_shape
     assert chunk_shape((8, 16, 512, 128), 4) == (1, 4, 512, 128)
-    assert chunk_shape((2, 3), 8) == (2, 3)
+    assert chunk_shape((2, 3), 8, min_bytes=0) == (2, 3)
+    assert chunk_shape((2, 3), 8) is None                  # small: contiguous
+    assert chunk_shape((1, 8, 640, 128), 2) == (1, 4, 640, 128)   # 8 split evenly, not 6 + 2
     assert chunk_shape((1, 1, 1, 0), 2) is None and chunk_shape((), 4) is None
     assert chunk_shape((3, 1 << 20), 4) == (1, 1 << 18)
 
