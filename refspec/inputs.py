@@ -204,7 +204,7 @@ def rotary_angles(positions, D: int, pairing: str, base: float = ROPE_BASE) -> n
         freq = base ** (-2.0 * np.arange(h // 2) / h)
         f = np.concatenate([freq, freq, freq, freq])
     elif pairing == "element":
-        f = base ** (-np.arange(D) / D)
+        return pos / base ** (np.arange(D) / D)           # the vendor script's p / 10000^(d/D)
     else:
         raise ValueError(f"unknown pairing {pairing!r}; allowed: {', '.join(PAIRINGS)}")
     return pos * f

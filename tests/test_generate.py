@@ -1,0 +1,298 @@
+"""The generation engine: stored data equals what the public spec functions give on the stored
+inputs; one case regenerates alone bit for bit; --jobs, --shard + merge and --resume do not
+change the content."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+
+import refspec
+import refspec.goldens as goldens
+from refspec.errors import AclnnError
+from refspec.generate import GenerateError, check_expectations, generate
+from refspec.sweep import load_sweep, parse_sweep, shard
+from refspec.terms import (norm_rope_concat_backward_terms, norm_rope_concat_terms,
+                           rope_grad_terms, rope_terms)
+
+
+@pytest.fixture(scope="module")
+def smoke():
+    return load_sweep("smoke")
+
+
+@pytest.fixture(scope="module")
+def selection(smoke):
+    """Every 8th smoke case: all four operators, positive and negative cases."""
+    cases = smoke.cases()[::8]
+    assert {c.op for c in cases} == {"rope_grad", "rope", "nrc_grad", "nrc"}
+    return cases
+
+
+@pytest.fixture(scope="module")
+def golden(smoke, selection, tmp_path_factory):
+    path = tmp_path_factory.mktemp("gen") / "sel.h5"
+    summary = generate(smoke, selection, path)
+    assert summary.cases == len(selection) and summary.negative > 0
+    return path
+
+
+def case_content(case) -> dict:
+    """Everything a case holds: attributes and every dataset's bytes, dtype, shape, attrs."""
+    out = {"attrs": {k: v for k, v in case.attrs.items()}}
+    for group in ("inputs", "expected", "exact", "sum_abs"):
+        arrays = getattr(case, group)
+        for name in arrays:
+            a = arrays[name].read()
+            out[f"{group}/{name}"] = (a.dtype.str, a.shape, a.tobytes(), dict(arrays[name].attrs))
+    return out
+
+
+def file_content(path) -> dict:
+    with goldens.open(path) as gf:
+        return {cid: case_content(gf[cid]) for cid in gf.case_ids()}
+
+
+def spec_outputs(case):
+    """Call the public spec function on the stored inputs (rounded and exact outputs)."""
+    p = case.params
+    x = {k: case.inputs[k].read() for k in case.inputs}
+    soc = p["soc"]
+    if p["op"] == "rope_grad":
+        def f(od):
+            return dict(zip(("dx", "dcos", "dsin"), refspec.rotary_position_embedding_grad(
+                x["dy"], x.get("cos"), x.get("sin"), x.get("x"), p["mode"], soc=soc, out_dtype=od)))
+    elif p["op"] == "rope":
+        def f(od):
+            return {"y": refspec.rotary_position_embedding(x["x"], x.get("cos"), x.get("sin"),
+                                                           p["mode"], soc=soc, out_dtype=od)}
+    else:
+        attrs = dict(norm_type=p["norm_type"], norm_added_type=p["norm_added_type"],
+                     rope_type=p["rope_type"], concat_order=p["concat_order"])
+        if p["op"] == "nrc":
+            attrs.update(eps=p["eps"], is_training=p["is_training"])
+            fn = refspec.norm_rope_concat
+        else:
+            fn = refspec.norm_rope_concat_backward
+
+        def f(od):
+            return fn(**x, **attrs, soc=soc, out_dtype=od)._asdict()
+    return f
+
+
+def same_bits(a, b) -> bool:
+    a, b = np.asarray(a), np.asarray(b)
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+def test_stored_outputs_are_the_spec_functions_on_the_stored_inputs(golden):
+    checked = 0
+    with goldens.open(golden) as gf:
+        for case in gf:
+            f = spec_outputs(case)
+            if case.is_negative:
+                with pytest.raises(AclnnError) as info:
+                    f(None)
+                assert info.value.code == case.expected_error
+                assert str(info.value) == case.expected_error_message
+                assert not case.output_names
+                continue
+            rounded = {k: v for k, v in f(None).items() if v is not None}
+            exact = {k: v for k, v in f(np.float64).items() if v is not None}
+            assert set(case.output_names) == set(rounded) == set(exact)
+            for name in rounded:
+                assert same_bits(case.expected[name].read(), rounded[name]), (case.case_id, name)
+                assert same_bits(case.exact[name].read(), exact[name]), (case.case_id, name)
+            checked += 1
+    assert checked > 10
+
+
+def test_tolerance_metadata_and_axes(golden):
+    with goldens.open(golden) as gf:
+        for case in gf:
+            if case.is_negative:
+                continue
+            p = case.params
+            x = {k: case.inputs[k].read() for k in case.inputs}
+            if p["op"] == "rope_grad":
+                terms = rope_grad_terms(x["dy"], x["cos"], x["sin"], x.get("x"), p["mode"], p["soc"])
+            elif p["op"] == "rope":
+                terms = rope_terms(x["x"], x["cos"], x["sin"], p["mode"], p["soc"])
+            elif p["op"] == "nrc":
+                terms = norm_rope_concat_terms(p["norm_type"], p["norm_added_type"], p["rope_type"], p["D"])
+            else:
+                attrs = {k: p[k] for k in ("norm_type", "norm_added_type", "rope_type", "concat_order")}
+                params = inspect.signature(refspec.norm_rope_concat_backward).parameters
+                names = list(params)[:list(params).index("norm_type")]
+                terms = norm_rope_concat_backward_terms({n: x.get(n) for n in names}, attrs, p["soc"])
+            for name in case.output_names:
+                meta = case.output_meta(name)
+                assert meta["comparison_class"] == terms[name].comparison_class
+                assert meta["reduced_terms"] == terms[name].reduced_terms
+                if terms[name].sum_abs is not None:
+                    assert same_bits(case.sum_abs[name].read(), terms[name].sum_abs)
+                else:
+                    assert name not in case.sum_abs
+                want = p["layout"] if p["op"].startswith("rope") else (
+                    "D" if name.endswith(("weight", "bias")) else "BSN1" if name.endswith(("mean", "rstd"))
+                    else "BNSD" if p["op"] == "nrc" else "BSND")
+                assert meta["axes"] == want
+
+
+def test_backward_statistics_come_from_the_forward_in_float32(golden):
+    seen = 0
+    with goldens.open(golden) as gf:
+        for case in gf:
+            p = case.params
+            if p["op"] != "nrc_grad" or case.is_negative or not (p["norm_type"] or p["norm_added_type"]):
+                continue
+            x = {k: case.inputs[k].read() for k in case.inputs}
+            D = p["D"]
+            dt = x["query"].dtype
+            kw = {}
+            for w, b, t in (("norm_query_weight", "norm_query_bias", p["norm_type"]),
+                            ("norm_key_weight", "norm_key_bias", p["norm_type"]),
+                            ("norm_added_query_weight", "norm_added_query_bias", p["norm_added_type"]),
+                            ("norm_added_key_weight", "norm_added_key_bias", p["norm_added_type"])):
+                if t == 2:
+                    kw[w], kw[b] = np.ones(D, dt), np.zeros(D, dt)
+            fwd = refspec.norm_rope_concat(x["query"], x["key"], x["key"], x.get("encoder_query"),
+                                           x.get("encoder_key"), x.get("encoder_key"), **kw,
+                                           norm_type=p["norm_type"], norm_added_type=p["norm_added_type"],
+                                           is_training=True)._asdict()
+            for name in x:
+                if name.endswith(("_mean", "_rstd")):
+                    assert x[name].dtype == np.float32
+                    assert same_bits(x[name], fwd[name])
+                    seen += 1
+    assert seen > 0
+
+
+def test_case_attributes_and_regenerate_command(golden, smoke, selection):
+    with goldens.open(golden) as gf:
+        assert gf.case_ids() == [c.id for c in selection]
+        assert gf.attrs["sweep_name"] == "smoke" and gf.attrs["sweep_seed"] == smoke.seed
+        assert gf.attrs["sweep_definition"] == smoke.definition
+        for c in selection:
+            case = gf[c.id]
+            assert case.seed == c.seed and case.params["op"] == c.op
+            assert case.soc == (c.params["soc"] or "") and case.distribution == c.params["distribution"]
+            assert f"--case '{c.id}'" in case.regenerate or f"--case {c.id}" in case.regenerate
+            assert "--sweep smoke" in case.regenerate and f"--seed {smoke.seed}" in case.regenerate
+
+
+def test_one_case_regenerates_alone_with_identical_bits(golden, smoke, selection, tmp_path):
+    content = file_content(golden)
+    for c in (selection[3], selection[-2]):
+        out = tmp_path / f"one-{selection.index(c)}.h5"
+        generate(smoke, [smoke.case(c.id)], out)
+        alone = file_content(out)
+        assert list(alone) == [c.id] and alone[c.id] == content[c.id]
+
+
+def test_jobs_do_not_change_the_content(golden, smoke, selection, tmp_path):
+    out = tmp_path / "jobs2.h5"
+    generate(smoke, selection, out, jobs=2)
+    assert file_content(out) == file_content(golden)
+    with goldens.open(out) as gf:
+        assert gf.case_ids() == [c.id for c in selection]       # written in case order
+
+
+def test_shards_merged_equal_the_unsharded_file(golden, smoke, selection, tmp_path):
+    parts = []
+    for k in (1, 2, 3):
+        part = tmp_path / f"shard{k}.h5"
+        generate(smoke, shard(selection, k, 3), part)
+        parts.append(part)
+    merged = tmp_path / "merged.h5"
+    goldens.merge(merged, parts)
+    whole = file_content(golden)
+    joined = file_content(merged)
+    assert set(joined) == set(whole) and len(joined) == len(whole)
+    for cid in whole:
+        assert joined[cid] == whole[cid], cid
+
+
+class Interrupt(Exception):
+    pass
+
+
+def test_resume_after_interruption(golden, smoke, selection, tmp_path):
+    out = tmp_path / "resumed.h5"
+    written = []
+
+    def stop_after_7(n):
+        written.append(n)
+        if len(written) == 7:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        generate(smoke, selection, out, progress=stop_after_7)
+    assert not out.exists()
+    part = goldens.part_path(out)
+    with goldens.open(part) as gf:
+        assert not gf.complete and len(gf.case_ids()) == 7
+    with pytest.raises(goldens.GoldenFileExistsError):
+        generate(smoke, selection, out)
+    summary = generate(smoke, selection, out, resume=True)
+    assert summary.skipped == 7 and summary.cases == len(selection) - 7
+    assert file_content(out) == file_content(golden)
+    with goldens.open(out) as gf:
+        assert gf.complete and gf.case_ids() == [c.id for c in selection]
+    again = generate(smoke, selection, out, resume=True)      # nothing left to do
+    assert again.cases == 0 and again.skipped == len(selection)
+
+
+def test_force_replaces_and_seed_changes_the_data(smoke, selection, tmp_path):
+    out = tmp_path / "f.h5"
+    pick = [c for c in selection if c.op == "rope_grad" and c.params["distribution"] == "random"][:2]
+    assert pick
+    generate(smoke, pick, out)
+    first = file_content(out)
+    reseeded = [smoke.case(c.id, seed=12345) for c in pick]
+    generate(smoke, reseeded, out, seed=12345, force=True)
+    second = file_content(out)
+    for c in pick:
+        assert second[c.id]["inputs/dy"][2] != first[c.id]["inputs/dy"][2]
+    with goldens.open(out) as gf:
+        assert gf.attrs["sweep_seed"] == 12345 and "--seed 12345" in gf[pick[0].id].regenerate
+
+
+def test_special_distribution_stays_finite(smoke):
+    from refspec.cases import build_case
+    for c in smoke.cases("all")[::7]:
+        if c.params["distribution"] != "special":
+            continue
+        data = build_case(c)
+        for name, v in data.expected.items():
+            assert np.all(np.isfinite(v.astype(np.float64))), (c.id, name)
+
+
+def test_block_expectations_are_enforced():
+    sweep = parse_sweep("""
+name = "x"
+[[block]]
+op = "rope_grad"
+expect = "reject"
+[block.axes]
+soc = "A2"
+dtype = "float32"
+shape = "B2N3S4D8"
+""", "x.toml")
+    with pytest.raises(GenerateError, match="expects the profile to reject it"):
+        check_expectations(sweep, sweep.cases())
+    accept = parse_sweep("""
+name = "x"
+[[block]]
+op = "rope_grad"
+expect = "accept"
+[block.axes]
+soc = "A2"
+mode = "quarter"
+dtype = "float32"
+shape = "B2N3S4D8"
+""", "x.toml")
+    with pytest.raises(GenerateError, match="expects the profile to accept it, but the spec raises 561002"):
+        check_expectations(accept, accept.cases())
