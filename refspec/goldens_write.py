@@ -162,10 +162,15 @@ class GoldenWriter:
             raise GoldenFileError(f"cannot resume: not a readable HDF5 file ({exc}); use --force "
                                   "to start over", path) from None
         try:
-            found = {k: attr_value(f.attrs.get(k)) for k in ("schema_version", *SWEEP_ATTRS)}
+            found = {k: attr_value(f.attrs.get(k))
+                     for k in ("schema_version", "refspec_version", *SWEEP_ATTRS)}
             if found["schema_version"] != SCHEMA_VERSION:
                 raise GoldenFileError(f"cannot resume: schema_version {found['schema_version']} "
                                       f"is not {SCHEMA_VERSION}; use --force to start over", path)
+            if found["refspec_version"] != __version__:   # one file, one version of the spec
+                raise GoldenFileError(f"cannot resume: written by refspec "
+                                      f"{found['refspec_version']}, this is {__version__}; use "
+                                      "--force to start over", path)
             for key in SWEEP_ATTRS:
                 if found[key] != self._sweep[key]:
                     raise GoldenFileError(f"cannot resume: it was written for another sweep "

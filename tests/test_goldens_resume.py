@@ -9,6 +9,7 @@ import h5py
 import numpy as np
 import pytest
 
+import refspec
 import refspec.goldens as goldens
 from refspec.goldens_example import rope_grad_case
 
@@ -143,6 +144,12 @@ def test_resume_of_another_sweep_is_refused(tmp_path):
         with goldens.GoldenWriter(path, **SWEEP) as w:
             w.write_case(*CASES[0][:1], **case_kwargs(CASES[0][1]))
             raise RuntimeError("stop")
+    with h5py.File(tmp_path / "g.h5.part", "r+") as f:
+        f.attrs["refspec_version"] = "0.0.1"
+    with pytest.raises(goldens.GoldenFileError, match="written by refspec 0.0.1"):
+        goldens.GoldenWriter(path, **SWEEP, resume=True)
+    with h5py.File(tmp_path / "g.h5.part", "r+") as f:
+        f.attrs["refspec_version"] = refspec.__version__
     other = {**SWEEP, "sweep_seed": 12}
     with pytest.raises(goldens.GoldenFileError, match="another sweep.*sweep_seed"):
         goldens.GoldenWriter(path, **other, resume=True)
