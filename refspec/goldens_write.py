@@ -184,6 +184,9 @@ class GoldenWriter:
         return f
 
     def _load_index(self, f: h5py.File, repair: bool) -> None:
+        if INDEX_DATASET not in f or CASES_GROUP not in f:
+            raise GoldenFileError("cannot resume: not a refspec golden file (no /index or "
+                                  "/cases); use --force to start over", f.filename)
         ids = [s.decode("utf-8") if isinstance(s, bytes) else s for s in f[INDEX_DATASET][()]]
         ok = [c for c in ids if case_path(c) in f and f[case_path(c)].attrs.get("written", False)]
         if len(ok) != len(ids) and repair:       # entries whose group was lost: forget them
