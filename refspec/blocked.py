@@ -161,12 +161,12 @@ def rope_blocked(x, cos, sin, mode=0, *, soc=None, target: int = BLOCK_ELEMENTS)
     return {"y": y}, terms
 
 
-def evaluate(params: dict, inputs: dict, min_elements: int = MIN_ELEMENTS):
+def evaluate(params: dict, inputs: dict, min_elements: int | None = None):
     """(exact, terms) of a large RoPE case by blocks, or None when the case is small or has no
     blocked evaluation (then the caller uses the public spec functions)."""
     op = params["op"]
     sizes = [np.size(v) for v in inputs.values() if v is not None]
-    if not sizes or max(sizes) < min_elements:
+    if not sizes or max(sizes) < (MIN_ELEMENTS if min_elements is None else min_elements):
         return None
     if op == "rope_grad" and "cos" in inputs and "sin" in inputs:
         return rope_grad_blocked(inputs["dy"], inputs["cos"], inputs["sin"], inputs.get("x"),

@@ -842,10 +842,18 @@ def parse_sweep(text: str, source: str = "<sweep>", ref: str | None = None, path
                  ref=ref or name, path=path)
 
 
+_LOADED: dict = {}
+
+
 def load_sweep(ref) -> Sweep:
-    """A built-in sweep by name (``smoke``, ``standard``, ``full``) or a sweep file by path."""
+    """A built-in sweep by name (``smoke``, ``standard``, ``full``) or a sweep file by path.
+    Parsed sweeps are cached by their text (a Sweep is never modified after loading)."""
     text, source, path = _read_source(os.fspath(ref), None)
-    return parse_sweep(text, source, ref=os.fspath(ref), path=path, _stack=(path or source,))
+    key = (os.fspath(ref), source, text)
+    if key not in _LOADED:
+        _LOADED[key] = parse_sweep(text, source, ref=os.fspath(ref), path=path,
+                                   _stack=(path or source,))
+    return _LOADED[key]
 
 
 # --- selecting ------------------------------------------------------------------------------

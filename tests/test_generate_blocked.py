@@ -1,0 +1,177 @@
+"""Blocked evaluation returns the same bits as the unblocked public spec functions.
+
+The premise is checked first: NumPy's multi-axis sums over leading axes (every reduction of the
+spec keeps D, the innermost axis) add the slices sequentially in C order from +0. Then the
+blocked RoPE functions are compared bit for bit with the spec on every layout, broadcast
+pattern and mode, with data chosen so that any change of summation order, or of the sign of a
+zero, shows.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import refspec
+from refspec import blocked
+from refspec.blocked import blocks, rope_blocked, rope_grad_blocked
+from refspec.cases import build_case
+from refspec.layouts import layout_shape
+from refspec.sweep import parse_sweep
+from refspec.terms import rope_grad_terms, rope_terms
+
+
+def bits(a):
+    return np.asarray(a).view(np.uint64)
+
+
+def nasty(rng, shape, dtype=np.float32):
+    """Wide dynamic range (sums depend on their order), signed zeros, exact cancellations."""
+    span = 25 if np.dtype(dtype) == np.float32 else 5
+    a = rng.standard_normal(shape) * np.exp(rng.uniform(-span, span, shape))
+    a = a.astype(dtype)
+    flat = a.reshape(-1)
+    flat[::7] = -0.0
+    flat[3::11] = 0.0
+    return a
+
+
+def sequential_sum(a, axes):
+    acc = None
+    ranges = [range(n) if i in axes else [slice(None)] for i, n in enumerate(a.shape)]
+    for idx in itertools.product(*ranges):
+        sl = tuple(slice(i, i + 1) if isinstance(i, int) else i for i in idx)
+        acc = 0.0 + a[sl] if acc is None else acc + a[sl]
+    return acc
+
+
+@pytest.mark.parametrize("shape, axes", [((6, 5, 7, 4), (0, 1)), ((6, 7, 5, 4), (0, 2)),
+                                         ((7, 6, 5, 4), (1, 2)), ((3, 4, 5, 2), (0, 1, 2)),
+                                         ((9, 5, 6), (1,)), ((2, 300, 2), (0, 1))])
+def test_numpy_sums_over_leading_axes_are_sequential_from_plus_zero(rng, shape, axes):
+    a = rng.standard_normal(shape) * np.exp(rng.uniform(-30, 30, shape))
+    a.reshape(-1)[::5] = -0.0
+    assert np.array_equal(bits(a.sum(axis=axes, keepdims=True)), bits(sequential_sum(a, axes)))
+    zeros = np.full(shape, -0.0)
+    assert not np.signbit(zeros.sum(axis=axes)).any()            # starts from +0
+
+
+def test_blocks_cover_the_array_once_in_c_order():
+    shape = (3, 4, 5, 6)
+    for target in (1, 7, 30, 120, 10 ** 6):
+        seen = np.zeros(shape, int)
+        order = []
+        for index in blocks(shape, target):
+            assert index[-1] == slice(None)                        # D is never cut
+            seen[index] += 1
+            order.append(np.ravel_multi_index([s.start or 0 for s in index], shape))
+        assert np.all(seen == 1) and order == sorted(order)
+
+
+def layouts_and_patterns():
+    for layout in ("BNSD", "BSND", "SBND", "TND"):
+        full = layout_shape(layout, 3, 4, 5, 6)
+        for mask in itertools.product((0, 1), repeat=len(full) - 1):
+            yield layout, full, tuple(1 if m else n for m, n in zip(mask, full[:-1])) + (6,)
+
+
+@pytest.mark.parametrize("layout, full, cshape", list(layouts_and_patterns()),
+                         ids=lambda v: str(v) if isinstance(v, str) else "x".join(map(str, v)))
+def test_rope_grad_blocked_equals_the_spec_bit_for_bit(rng, layout, full, cshape):
+    for mode in (0, 1, 2, 3):
+        if mode == 2 and full[-1] % 4:
+            continue
+        dy, x = nasty(rng, full), nasty(rng, full)
+        cos, sin = nasty(rng, cshape), nasty(rng, cshape)
+        ref = refspec.rotary_position_embedding_grad(dy, cos, sin, x, mode, out_dtype=np.float64)
+        ref_terms = rope_grad_terms(dy, cos, sin, x, mode)
+        for target in (1, 13, 200):
+            exact, terms = rope_grad_blocked(dy, cos, sin, x, mode, target=target)
+            for name, r in zip(("dx", "dcos", "dsin"), ref):
+                assert np.array_equal(bits(exact[name]), bits(r)), (mode, target, name)
+            for name in ("dcos", "dsin"):
+                assert terms[name].comparison_class == ref_terms[name].comparison_class
+                assert terms[name].reduced_terms == ref_terms[name].reduced_terms
+                assert np.array_equal(bits(terms[name].sum_abs), bits(ref_terms[name].sum_abs))
+            assert terms["dx"] == ref_terms["dx"]
+        no_x, _ = rope_grad_blocked(dy, cos, sin, None, mode, target=13)
+        assert set(no_x) == {"dx"} and np.array_equal(bits(no_x["dx"]), bits(ref[0]))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, refspec.bfloat16, np.float32])
+def test_blocked_in_every_dtype_and_forward(rng, dtype):
+    full, cshape = (4, 3, 8, 8), (1, 1, 8, 8)
+    dy, x = nasty(rng, full, dtype), nasty(rng, full, dtype)
+    cos, sin = nasty(rng, cshape, dtype), nasty(rng, cshape, dtype)
+    exact, _ = rope_grad_blocked(dy, cos, sin, x, 0, soc="A2", target=16)
+    ref = refspec.rotary_position_embedding_grad(dy, cos, sin, x, 0, soc="A2", out_dtype=np.float64)
+    for name, r in zip(("dx", "dcos", "dsin"), ref):
+        assert np.array_equal(bits(exact[name]), bits(r))
+    for mode in (0, 1, 2, 3):
+        y, terms = rope_blocked(x, cos, sin, mode, target=16)
+        assert np.array_equal(bits(y["y"]), bits(refspec.rotary_position_embedding(
+            x, cos, sin, mode, out_dtype=np.float64)))
+        assert terms == rope_terms(x, cos, sin, mode)
+
+
+def test_blocked_validates_like_the_spec():
+    dy = np.zeros((2, 3, 4, 8), np.float32)
+    cos = np.zeros((1, 1, 4, 8), np.float32)
+    for kwargs in ({"mode": 2, "soc": "A2"}, {"mode": 0, "soc": "950"}):
+        try:
+            refspec.rotary_position_embedding_grad(dy, cos, cos, dy[:1], **kwargs)
+        except refspec.AclnnError as exc:
+            with pytest.raises(type(exc)) as info:
+                rope_grad_blocked(dy, cos, cos, dy[:1], **kwargs)
+            assert str(info.value) == str(exc)
+
+
+def test_the_engine_uses_blocks_for_large_cases_with_the_same_bits(monkeypatch):
+    sweep = parse_sweep("""
+name = "b"
+[[block]]
+op = "rope_grad"
+[block.axes]
+soc = ["A2", "950"]
+mode = ["half", "interleave"]
+layout = ["BSND", "TND"]
+dtype = ["bfloat16"]
+dist = ["special"]
+shape = ["B3N4S6D8"]
+[[block]]
+op = "rope"
+[block.axes]
+soc = "950"
+mode = "quarter"
+layout = "SBND"
+cos = "S11D"
+dtype = "float16"
+shape = ["B3N4S6D8"]
+""", "b.toml")
+    cases = [c for c in sweep.cases() if not (c.params["soc"] == "950" and c.params["layout"] == "TND")]
+    plain = [build_case(c) for c in cases]
+    calls = []
+    real = blocked.rope_grad_blocked
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return real(*args, target=5, **{k: v for k, v in kwargs.items() if k != "target"})
+
+    monkeypatch.setattr(blocked, "MIN_ELEMENTS", 1)
+    monkeypatch.setattr(blocked, "rope_grad_blocked", spy)
+    for case, ref in zip(cases, plain):
+        data = build_case(case)
+        for group in ("expected", "exact"):
+            a, b = getattr(data, group), getattr(ref, group)
+            assert a.keys() == b.keys()
+            for k in a:
+                assert a[k].dtype == b[k].dtype and a[k].tobytes() == b[k].tobytes(), (case.id, k)
+        for k, t in ref.terms.items():
+            u = data.terms[k]
+            assert (u.comparison_class, u.reduced_terms) == (t.comparison_class, t.reduced_terms)
+            assert (u.sum_abs is None) == (t.sum_abs is None)
+            if t.sum_abs is not None:
+                assert u.sum_abs.tobytes() == t.sum_abs.tobytes()
+    assert calls
