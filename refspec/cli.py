@@ -73,15 +73,21 @@ def main():
     """
 
 
-for _module in ("cli_generate", "cli_store", "cli_compare"):
-    try:
-        _mod = importlib.import_module(f".{_module}", __package__)
-    except ModuleNotFoundError as _exc:  # a command module not present in this tree
-        if _exc.name != f"{__package__}.{_module}":
-            raise
-        continue
-    _mod.register(main)
+def _register_commands(group):
+    """Let each command module present in this tree add its commands to ``group``."""
+    for module in ("cli_generate", "cli_store", "cli_compare"):
+        try:
+            mod = importlib.import_module(f"refspec.{module}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"refspec.{module}":
+                raise
+            continue
+        mod.register(group)
 
 
-if __name__ == "__main__":  # pragma: no cover
-    main()
+if __name__ == "__main__":  # pragma: no cover - ``python -m refspec.cli``: use the package's module
+    from refspec.cli import main as _main
+
+    _main()
+else:
+    _register_commands(main)

@@ -18,7 +18,7 @@ def test_version_and_help():
 
 
 def test_unknown_command_is_one_line_exit_2():
-    proc = subprocess.run([sys.executable, "-m", "refspec.cli", "no-such-command"],
+    proc = subprocess.run([sys.executable, "-m", "refspec", "no-such-command"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
