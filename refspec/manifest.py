@@ -25,7 +25,8 @@ import numpy as np
 from . import goldens
 from .dtypes import dtype_name
 
-__all__ = ["FORMAT", "array_digest", "file_manifest", "sweep_manifest", "compare", "main"]
+__all__ = ["FORMAT", "array_digest", "data_entry", "file_manifest", "memory_manifest",
+           "sweep_manifest", "compare", "main"]
 
 FORMAT = "refspec-manifest-1"
 _GROUPS = ("inputs", "expected", "exact", "sum_abs")
@@ -51,16 +52,41 @@ def _case_entry(case) -> dict:
             "datasets": dict(sorted(datasets.items()))}
 
 
+def data_entry(data) -> dict:
+    """The manifest entry of a case built in memory (:class:`refspec.cases.CaseData`): the
+    same digests as :func:`file_manifest` gives for the written case."""
+    groups = {"inputs": data.inputs, "expected": data.expected, "exact": data.exact,
+              "sum_abs": {k: data.terms[k].sum_abs for k in data.expected
+                          if data.terms[k].sum_abs is not None}}
+    datasets = {f"{g}/{name}": array_digest(np.asarray(a, dtype=np.float64) if g in ("exact", "sum_abs") else a)
+                for g, arrays in groups.items() for name, a in arrays.items() if a is not None}
+    return {"seed": data.seed, "expected_error_code": 0 if data.error is None else data.error.code,
+            "datasets": dict(sorted(datasets.items()))}
+
+
+def _header(sweep: str, tier: str, seed) -> dict:
+    return {"format": FORMAT, "sweep": sweep, "tier": tier, "sweep_seed": seed,
+            "digest": "sha256 of each dataset's raw bytes: C order, little-endian, bfloat16 as "
+                      "uint16 bits; entries read '<dtype> <shape> <sha256>'",
+            "regenerate": "python -m refspec.manifest"}
+
+
+def memory_manifest(sweep_ref: str = "smoke", tier: str | None = None) -> dict:
+    """The manifest of a sweep tier built in memory (no HDF5 file; fast)."""
+    from .cases import build_case
+    from .sweep import load_sweep
+    sweep = load_sweep(sweep_ref)
+    tier = sweep.check_tier(tier)
+    cases = {c.id: data_entry(build_case(c)) for c in sweep.cases(tier)}
+    return {**_header(sweep.name, tier, sweep.seed), "cases": cases}
+
+
 def file_manifest(path, tier: str | None = None) -> dict:
     """The manifest of a golden file (cases in file order)."""
     with goldens.open(path) as gf:
         attrs = gf.attrs
         cases = {case.case_id: _case_entry(case) for case in gf}
-    return {"format": FORMAT, "sweep": attrs.get("sweep_name"), "tier": tier or attrs.get("tier", ""),
-            "sweep_seed": attrs.get("sweep_seed"),
-            "digest": "sha256 of each dataset's raw bytes: C order, little-endian, bfloat16 as "
-                      "uint16 bits; entries read '<dtype> <shape> <sha256>'",
-            "regenerate": "python -m refspec.manifest",
+    return {**_header(attrs.get("sweep_name"), tier or attrs.get("tier", ""), attrs.get("sweep_seed")),
             "cases": cases}
 
 
