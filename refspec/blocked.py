@@ -20,23 +20,33 @@ Validation is the spec's (check_rope_args with the case's profile) before any bl
 
 from __future__ import annotations
 
+import inspect
 import itertools
+import os
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from math import prod
 
 import numpy as np
 
 from .dtypes import to_float64
-from .enums import RopeMode
+from .enums import NormType, RopeMode, RopeType
+from .norm_rope_concat import (ROPE_TYPE_TO_MODE, bnsd_to_bsnd, layer_norm_backward,
+                               norm_rope_concat_backward, split_seq)
+from .nrc_checks import STREAMS, check_nrc_args
 from .reduce import broadcast_dims
 from .rope import ROPE_BACKWARD, ROPE_FORWARD
 from .rope_checks import check_rope_args
-from .terms import OutputTerms, REDUCTION, rope_grad_terms, rope_terms
+from .terms import (OutputTerms, REDUCTION, norm_rope_concat_backward_terms, rope_grad_terms,
+                    rope_terms)
 
 __all__ = ["BLOCK_ELEMENTS", "MIN_ELEMENTS", "evaluate", "rope_grad_blocked", "rope_blocked",
-           "blocks"]
+           "nrc_grad_blocked", "blocks"]
 
 #: elements per block (the block's float64 temporaries stay in the caches)
 BLOCK_ELEMENTS = 1 << 15
+#: threads that compute blocks (the engine sets 1 inside --jobs worker processes)
+THREADS = min(2, os.cpu_count() or 1)
 #: cases whose largest input has fewer elements are evaluated unblocked
 MIN_ELEMENTS = 1 << 19
 
@@ -57,6 +67,29 @@ def blocks(shape: tuple, target: int = BLOCK_ELEMENTS):
         for j in range(0, shape[a], run):
             yield (tuple(slice(i, i + 1) for i in outer) + (slice(j, min(j + run, shape[a])),)
                    + tuple(slice(None) for _ in shape[a + 1:]))
+
+
+def single_threaded() -> None:
+    """Process-pool initializer: one thread per worker process (the processes share the CPUs)."""
+    global THREADS
+    THREADS = 1
+
+
+def _ordered(fn, items, threads: int):
+    """``fn`` over ``items``, results in order; with ``threads`` > 1 computed by a thread pool
+    (NumPy releases the GIL in its loops) with a bounded window of blocks in flight."""
+    if threads <= 1:
+        for item in items:
+            yield fn(item)
+        return
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        pending = deque()
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) > 2 * threads:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
 
 def _first_row(a: np.ndarray) -> np.ndarray:
@@ -98,7 +131,7 @@ class _Accumulator:
 
 
 def rope_grad_blocked(dy, cos, sin, x=None, mode=0, *, soc=None, with_terms=True,
-                      target: int = BLOCK_ELEMENTS):
+                      target: int = BLOCK_ELEMENTS, threads: int | None = None):
     """RotaryPositionEmbeddingGrad exact (float64) outputs and, with ``with_terms``, their
     :func:`refspec.terms.rope_grad_terms`, evaluated blockwise. Returns (exact, terms) dicts;
     equal bit for bit to ``rotary_position_embedding_grad(..., out_dtype=np.float64)``."""
@@ -118,20 +151,24 @@ def rope_grad_blocked(dy, cos, sin, x=None, mode=0, *, soc=None, with_terms=True
             abs_c, abs_s = np.empty(cshape), np.empty(cshape)
             accs["abs_dcos"], accs["abs_dsin"] = _Accumulator(abs_c, dims), _Accumulator(abs_s, dims)
     c64, s64 = to_float64(c), to_float64(s)          # shared by the blocks (cos's shape)
-    for index in blocks(full, target):
+
+    def work(index):
         cidx = _reduced_index(index, dims)
         d_b = to_float64(d[index])
         c_b = np.broadcast_to(c64[cidx], d_b.shape)
         s_b = np.broadcast_to(s64[cidx], d_b.shape)
         x_b = None if xo is None else to_float64(xo[index])
         dx_b, dc_b, ds_b = formula(d_b, c_b, s_b, x_b)
-        dx[index] = dx_b
+        dx[index] = dx_b                                 # disjoint blocks: no race
+        t = rope_grad_terms(d_b, c_b, s_b, x_b, args.mode, None) if with_terms and xo is not None else None
+        return index, dc_b, ds_b, t
+
+    for index, dc_b, ds_b, t in _ordered(work, blocks(full, target), THREADS if threads is None else threads):
         if xo is None:
             continue
-        accs["dcos"].add(index, dc_b)
+        accs["dcos"].add(index, dc_b)                   # reductions in block order
         accs["dsin"].add(index, ds_b)
-        if with_terms:
-            t = rope_grad_terms(d_b, c_b, s_b, x_b, args.mode, None)
+        if t is not None:
             accs["abs_dcos"].add(index, t["dcos"].sum_abs)
             accs["abs_dsin"].add(index, t["dsin"].sum_abs)
     terms = None
@@ -145,7 +182,8 @@ def rope_grad_blocked(dy, cos, sin, x=None, mode=0, *, soc=None, with_terms=True
     return exact, terms
 
 
-def rope_blocked(x, cos, sin, mode=0, *, soc=None, target: int = BLOCK_ELEMENTS):
+def rope_blocked(x, cos, sin, mode=0, *, soc=None, target: int = BLOCK_ELEMENTS,
+                 threads: int | None = None):
     """RotaryPositionEmbedding exact output ``y`` blockwise (elementwise: trivially the same
     bits); returns (exact, terms)."""
     args = check_rope_args("rotary_position_embedding", "x", x, cos, sin, None, mode, soc)
@@ -154,11 +192,134 @@ def rope_blocked(x, cos, sin, mode=0, *, soc=None, target: int = BLOCK_ELEMENTS)
     dims = broadcast_dims(p.shape, c.shape)
     y = np.empty(p.shape)
     c64, s64 = to_float64(c), to_float64(s)
-    for index in blocks(p.shape, target):
+
+    def work(index):
         cidx = _reduced_index(index, dims)
         y[index] = formula(to_float64(p[index]), c64[cidx], s64[cidx])
+
+    for _ in _ordered(work, blocks(p.shape, target), THREADS if threads is None else threads):
+        pass
     terms = rope_terms(_first_row(p), _first_row(c), _first_row(s), args.mode, None)
     return {"y": y}, terms
+
+
+def _sum_rows(acc, rows: np.ndarray):
+    """``acc + rows[0] + rows[1] + ...`` in order, as NumPy's sum over a leading axis adds them
+    (from +0 when ``acc`` is None). ``rows`` (k, D) is modified."""
+    if rows.shape[0] == 0:
+        return acc
+    if acc is not None:
+        rows[0] += acc
+    return rows.sum(axis=0)
+
+
+def _nrc_rotated(grad_output, rope_type: int, cos64, sin64, target: int, threads: int) -> np.ndarray:
+    """Step 2 of the backward, blockwise: the widened gradient with the RoPE backward formula
+    block applied at positions p < Sr (the same element values as rope_positions_grad)."""
+    B, N, L, D = grad_output.shape
+    out = np.empty((B, N, L, D))
+    formula = ROPE_BACKWARD[ROPE_TYPE_TO_MODE[RopeType(rope_type)]] if rope_type else None
+    Sr = 0 if cos64 is None else cos64.shape[0]
+    run = max(1, target // max(D, 1))
+
+    def work(item):
+        b, n, p0 = item
+        p1 = min(L, p0 + run)
+        blk = to_float64(grad_output[b:b + 1, n:n + 1, p0:p1])
+        if formula is not None and p0 < Sr:
+            m = min(p1, Sr) - p0
+            rot = formula(blk[:, :, :m], cos64[None, None, p0:p0 + m],
+                          sin64[None, None, p0:p0 + m])[0]
+            out[b:b + 1, n:n + 1, p0:p0 + m] = rot
+            out[b:b + 1, n:n + 1, p0 + m:p1] = blk[:, :, m:]
+        else:
+            out[b:b + 1, n:n + 1, p0:p1] = blk
+
+    for _ in _ordered(work, itertools.product(range(B), range(N), range(0, L, run)), threads):
+        pass
+    return out
+
+
+def nrc_grad_blocked(tensors: dict, attrs: dict, soc=None, target: int = BLOCK_ELEMENTS,
+                     threads: int | None = None) -> dict:
+    """NormRopeConcatBackward exact (float64) gradients by blocks, bit for bit those of
+    ``norm_rope_concat_backward(..., out_dtype=np.float64)`` (None where not produced).
+
+    Step 2 (RoPE backward) runs on (b, n, position-run) blocks of the concatenated gradients;
+    step 3 calls the spec's :func:`layer_norm_backward` on (b, s-run) row blocks presented as
+    (1, 1, 1, rows, D) arrays, so its sums over the three leading axes return the per-row terms
+    of dweight, which are then added row by row in the spec's order. The spec's own sums run
+    in two orders (checked in tests/test_generate_blocked.py): dbias = g'.sum over a BSND view
+    of BNSD data adds rows in (b, n, s) order, dweight = (g'*xhat).sum in (b, s, n) order;
+    dbias is therefore accumulated while walking the rotated gradient in BNSD order.
+    """
+    arrays, a, _ = check_nrc_args("norm_rope_concat_backward", "grad_query_output", tensors,
+                                  attrs, soc, backward=True)
+    threads = THREADS if threads is None else threads
+    order, rt = a["concat_order"], a["rope_type"]
+    q = arrays["query"]
+    B, Sq, N, D = q.shape
+    seq = {s: (0 if arrays.get(s) is None else arrays[s].shape[1]) for s in STREAMS}
+    cos64 = None if not rt else to_float64(arrays["rope_cos"])
+    sin64 = None if not rt else to_float64(arrays["rope_sin"])
+    rotated = {}
+    parts = {}
+    for out_name, stream, encoder in (("grad_query_output", "query", "encoder_query"),
+                                      ("grad_key_output", "key", "encoder_key")):
+        R = _nrc_rotated(arrays[out_name], rt, cos64, sin64, target, threads)
+        rotated[stream] = R
+        p_stream, p_enc = split_seq(R, seq[stream], seq[encoder], order)
+        parts[stream], parts[encoder] = p_stream, p_enc          # BNSD views
+    gv = to_float64(arrays["grad_value_output"])
+    part_value, part_enc_value = split_seq(gv, seq["key"], seq["encoder_key"], order)
+    grads = {"grad_value": bnsd_to_bsnd(part_value),
+             "grad_encoder_value": bnsd_to_bsnd(part_enc_value) if arrays.get("encoder_key") is not None else None}
+    for stream, (type_attr, weight, bias, mean, rstd) in STREAMS.items():
+        norm = a[type_attr]
+        affine = norm == NormType.AFFINE_LAYER_NORM
+        if arrays.get(stream) is None:
+            grads[f"grad_{stream}"] = None
+            grads[f"grad_{weight}"] = grads[f"grad_{bias}"] = np.zeros(D) if affine else None
+            continue
+        P = parts[stream]                                        # (B, N, S, D) view
+        S = P.shape[2]
+        if norm == NormType.NONE:
+            grads[f"grad_{stream}"] = bnsd_to_bsnd(P)            # dx = g'
+            grads[f"grad_{weight}"] = grads[f"grad_{bias}"] = None
+            continue
+        dbias = None
+        if affine:                                               # (b, n, s) order
+            for b in range(B):
+                for n in range(N):
+                    dbias = _sum_rows(dbias, np.array(P[b, n]))
+        x, m, r = arrays[stream], arrays[mean], arrays[rstd]
+        w64 = to_float64(arrays[weight]) if affine else None
+        dx = np.empty((B, S, N, D))
+        dweight = None
+        run = max(1, target // max(N * D, 1))
+
+        def work(item, P=P, x=x, m=m, r=r, w64=w64, dx=dx, norm=norm, S=S, run=run):
+            b, s0 = item
+            s1 = min(S, s0 + run)
+            k = (s1 - s0) * N
+            g5 = np.ascontiguousarray(bnsd_to_bsnd(P[b:b + 1, :, s0:s1])).reshape(1, 1, 1, k, D)
+            x5 = to_float64(x[b:b + 1, s0:s1]).reshape(1, 1, 1, k, D)
+            m5 = to_float64(m[b:b + 1, s0:s1]).reshape(1, 1, 1, k, 1)
+            r5 = to_float64(r[b:b + 1, s0:s1]).reshape(1, 1, 1, k, 1)
+            dx5, dw5, _db5 = layer_norm_backward(g5, x5, m5, r5, norm, w64)
+            dx[b, s0:s1] = dx5.reshape(s1 - s0, N, D)
+            return None if dw5 is None else dw5.reshape(k, D)
+
+        for rows in _ordered(work, itertools.product(range(B), range(0, S, run)), threads):
+            if affine:
+                dweight = _sum_rows(dweight, rows)             # (b, s, n) order
+        grads[f"grad_{stream}"] = dx
+        if affine:
+            grads[f"grad_{weight}"] = np.zeros(D) if dweight is None else dweight
+            grads[f"grad_{bias}"] = np.zeros(D) if dbias is None else dbias
+        else:
+            grads[f"grad_{weight}"] = grads[f"grad_{bias}"] = None
+    return grads
 
 
 def evaluate(params: dict, inputs: dict, min_elements: int | None = None):
@@ -174,4 +335,12 @@ def evaluate(params: dict, inputs: dict, min_elements: int | None = None):
     if op == "rope" and "cos" in inputs and "sin" in inputs:
         return rope_blocked(inputs["x"], inputs["cos"], inputs["sin"], params["mode"],
                             soc=params["soc"])
+    if op == "nrc_grad":
+        names = [n for n in inspect.signature(norm_rope_concat_backward).parameters][:21]
+        tensors = {n: inputs.get(n) for n in names}
+        attrs = {k: params[k] for k in ("norm_type", "norm_added_type", "rope_type", "concat_order")}
+        grads = nrc_grad_blocked(tensors, attrs, params["soc"])
+        exact = {k: v for k, v in grads.items() if v is not None}
+        terms = norm_rope_concat_backward_terms(tensors, attrs, params["soc"])
+        return exact, {k: terms[k] for k in exact}
     return None

@@ -16,7 +16,7 @@ from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
-from . import goldens
+from . import blocked, goldens
 from .cases import build_case, probe, regenerate_command
 from .sweep import Case, Sweep, SweepError
 
@@ -77,7 +77,8 @@ def _ordered_results(cases: list[Case], jobs: int):
             yield case, build_case(case)
         return
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx,
+                             initializer=blocked.single_threaded) as pool:
         pending = deque()
         it = iter(cases)
         try:

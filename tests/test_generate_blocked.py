@@ -9,6 +9,7 @@ zero, shows.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 
 import numpy as np
@@ -16,10 +17,11 @@ import pytest
 
 import refspec
 from refspec import blocked
-from refspec.blocked import blocks, rope_blocked, rope_grad_blocked
+from refspec.blocked import blocks, nrc_grad_blocked, rope_blocked, rope_grad_blocked
 from refspec.cases import build_case
 from refspec.layouts import layout_shape
-from refspec.sweep import parse_sweep
+from refspec.cases import draw_inputs
+from refspec.sweep import Case, _case_params, parse_sweep
 from refspec.terms import rope_grad_terms, rope_terms
 
 
@@ -87,8 +89,8 @@ def test_rope_grad_blocked_equals_the_spec_bit_for_bit(rng, layout, full, cshape
         cos, sin = nasty(rng, cshape), nasty(rng, cshape)
         ref = refspec.rotary_position_embedding_grad(dy, cos, sin, x, mode, out_dtype=np.float64)
         ref_terms = rope_grad_terms(dy, cos, sin, x, mode)
-        for target in (1, 13, 200):
-            exact, terms = rope_grad_blocked(dy, cos, sin, x, mode, target=target)
+        for target, threads in ((1, 1), (13, 2), (200, 1)):
+            exact, terms = rope_grad_blocked(dy, cos, sin, x, mode, target=target, threads=threads)
             for name, r in zip(("dx", "dcos", "dsin"), ref):
                 assert np.array_equal(bits(exact[name]), bits(r)), (mode, target, name)
             for name in ("dcos", "dsin"):
@@ -149,6 +151,17 @@ layout = "SBND"
 cos = "S11D"
 dtype = "float16"
 shape = ["B3N4S6D8"]
+[[block]]
+op = "nrc_grad"
+[block.axes]
+soc = "A2"
+norm_type = [1, 2]
+norm_added_type = [2]
+rope_type = ["interleave", "half"]
+concat_order = [1]
+dtype = "bfloat16"
+dist = ["special", "position-coded"]
+shape = ["B2N3Sq5Sk4Seq3Sek2D8"]
 """, "b.toml")
     cases = [c for c in sweep.cases() if not (c.params["soc"] == "950" and c.params["layout"] == "TND")]
     plain = [build_case(c) for c in cases]
@@ -175,3 +188,82 @@ shape = ["B3N4S6D8"]
             if t.sum_abs is not None:
                 assert u.sum_abs.tobytes() == t.sum_abs.tobytes()
     assert calls
+
+
+# --- NormRopeConcatBackward ---------------------------------------------------------------------
+
+def orders(B, S, N):
+    return {"bsn": [(b, s, n) for b in range(B) for s in range(S) for n in range(N)],
+            "bns": [(b, s, n) for b in range(B) for n in range(N) for s in range(S)]}
+
+
+def test_the_spec_sums_over_bsn_in_two_orders(rng):
+    """The premise of nrc_grad_blocked: with g' a BSND view of BNSD data (as backward_exact
+    makes it), g'.sum(axis=(0, 1, 2)) adds rows in (b, n, s) order, (g'*xhat).sum(...) in
+    (b, s, n) order."""
+    B, N, S, D = 2, 3, 7, 4
+    g = (rng.standard_normal((B, N, S, D)) * np.exp(rng.uniform(-4, 4, (B, N, S, D)))).transpose(0, 2, 1, 3)
+    xhat = rng.standard_normal((B, S, N, D)) * np.exp(rng.uniform(-4, 4, (B, S, N, D)))
+
+    def seq(arr, order):
+        acc = 0.0
+        for idx in order:
+            acc = acc + arr[idx]
+        return acc
+
+    o = orders(B, S, N)
+    assert np.array_equal(bits(g.sum(axis=(0, 1, 2))), bits(seq(g, o["bns"])))
+    assert not np.array_equal(bits(g.sum(axis=(0, 1, 2))), bits(seq(g, o["bsn"])))
+    p = g * xhat
+    assert np.array_equal(bits(p.sum(axis=(0, 1, 2))), bits(seq(p, o["bsn"])))
+    assert not np.array_equal(bits(p.sum(axis=(0, 1, 2))), bits(seq(p, o["bns"])))
+
+
+NRC_NAMES = list(inspect.signature(refspec.norm_rope_concat_backward).parameters)[:21]
+
+
+def nrc_inputs(rng, nt, nat, rt, order, shape, dtype="float32"):
+    values = dict(soc="A2", norm_type=nt, norm_added_type=nat, rope_type=["none", "interleave", "half"][rt],
+                  concat_order=order, dtype=dtype, dist="random", fault="none")
+    shape = dict(shape, Sr=shape["Sr"] if rt else 0)
+    p = _case_params("nrc_grad", values, shape)
+    inputs = draw_inputs(Case("x", "nrc_grad", p, int(rng.integers(1 << 62))))
+    for k in ("grad_query_output", "grad_key_output"):      # order-sensitive sums, signed zeros
+        v = inputs[k].astype(np.float64) * np.exp(rng.uniform(-6, 6, inputs[k].shape))
+        v.reshape(-1)[::5] = -0.0
+        inputs[k] = refspec.round_to(v, inputs[k].dtype)
+    return {n: inputs.get(n) for n in NRC_NAMES}
+
+
+SHAPES = [dict(B=2, N=3, Sq=5, Sk=4, Seq=3, Sek=2, D=8, Sr=6),
+          dict(B=2, N=3, Sq=5, Sk=4, Seq=0, Sek=0, D=8, Sr=2),
+          dict(B=1, N=2, Sq=3, Sk=4, Seq=2, Sek=0, D=6, Sr=1)]
+
+
+@pytest.mark.parametrize("nt, nat", list(itertools.product((0, 1, 2), (0, 1, 2))))
+def test_nrc_grad_blocked_equals_the_spec_bit_for_bit(rng, nt, nat):
+    for rt, order, shape in itertools.product((0, 1, 2), (0, 1), SHAPES):
+        tensors = nrc_inputs(rng, nt, nat, rt, order, shape)
+        attrs = dict(norm_type=nt, norm_added_type=nat, rope_type=rt, concat_order=order)
+        ref = refspec.norm_rope_concat_backward(**tensors, **attrs, soc="A2", out_dtype=np.float64)._asdict()
+        for target, threads in ((1, 1), (20, 2), (10 ** 6, 1)):
+            got = nrc_grad_blocked(tensors, attrs, "A2", target=target, threads=threads)
+            assert got.keys() == ref.keys()
+            for k, v in ref.items():
+                if v is None:
+                    assert got[k] is None, k
+                else:
+                    assert got[k].shape == v.shape
+                    assert np.array_equal(bits(np.ascontiguousarray(got[k])), bits(np.ascontiguousarray(v))), \
+                        (rt, order, shape, target, k)
+
+
+def test_nrc_grad_blocked_validates_like_the_spec(rng):
+    tensors = nrc_inputs(rng, 2, 1, 2, 0, SHAPES[0], dtype="bfloat16")
+    tensors["norm_query_mean"] = tensors["norm_query_mean"].astype(refspec.bfloat16)
+    attrs = dict(norm_type=2, norm_added_type=1, rope_type=2, concat_order=0)
+    with pytest.raises(refspec.ParamInvalidError) as spec_err:
+        refspec.norm_rope_concat_backward(**tensors, **attrs, soc="A2")
+    with pytest.raises(refspec.ParamInvalidError) as blocked_err:
+        nrc_grad_blocked(tensors, attrs, "A2")
+    assert str(spec_err.value) == str(blocked_err.value)
