@@ -25,8 +25,8 @@ from .floatinfo import U_ACC, bits_of, float_info, ulp_at
 from .metrics import Accumulator, Metrics
 from .naming import format_value
 from .report import OutputResult
-from .standards import (C_REDUCTION, RATIO_LEVELS, RATIO_SMALL_COUNT, ROUNDING_SLACK_U32,
-                        SMALL_VALUES, TERM_ROUNDINGS, Rule)
+from .standards import (C_REDUCTION, ELEMENT_ROUNDINGS, RATIO_LEVELS, RATIO_SMALL_COUNT,
+                        ROUNDING_SLACK_U32, SMALL_VALUES, TERM_ROUNDINGS, UNDERFLOW, Rule)
 
 __all__ = ["JudgeOptions", "BlockJudge", "judge_output", "golden_output_info"]
 
@@ -58,9 +58,11 @@ class BlockJudge:
         self.saturation = saturation
         r = rule
         self.needs_expected = bool(r and r.bitwise)
-        self.uses_sum_abs = bool(r and (r.data_atol or r.hard_bound))
+        self.uses_sum_abs = bool(r and (r.data_atol or r.hard_bound or r.eval_bound))
         k = self.K + TERM_ROUNDINGS
         self.gamma = k * U_ACC / (1 - k * U_ACC) if k * U_ACC < 1 else math.inf
+        self.underflow = k * UNDERFLOW
+        self.gamma_e = ELEMENT_ROUNDINGS * U_ACC / (1 - ELEMENT_ROUNDINGS * U_ACC)
         self.c_sqrt_k = C_REDUCTION * math.sqrt(self.K) * U_ACC
 
     def block(self, flat0: int, a: np.ndarray, g: np.ndarray, e: np.ndarray | None,
@@ -116,12 +118,18 @@ class BlockJudge:
             if r.hard_bound and S is not None:
                 hb = S * self.gamma
                 hb += 0.5 * ulp
+                hb += self.underflow
                 bad = _ratio(ad, hb) if bad is None else np.maximum(bad, _ratio(ad, hb))
             if r.rounding_gate:
                 lim = ag * (ROUNDING_SLACK_U32 * U_ACC)
                 lim += 0.5 * ulp
                 rg = _ratio(ad, lim)
                 bad = rg if bad is None else np.maximum(bad, rg)
+            if r.eval_bound and S is not None and bad is not None:
+                eb = S * self.gamma_e
+                eb += 0.5 * ulp
+                eb += ELEMENT_ROUNDINGS * UNDERFLOW
+                bad = np.minimum(bad, _ratio(ad, eb))
         return np.zeros_like(ad) if bad is None else bad
 
     def _special(self, flat0, where, a64, g):
@@ -172,7 +180,7 @@ def _heat_axes(shape, axes: str, wanted: str | None):
 
 
 def judge_output(case, name: str, actual, rule: Rule, opts: JudgeOptions, context: str,
-                 benchmark: np.ndarray | None = None) -> OutputResult:
+                 benchmark: np.ndarray | None = None, sum_abs=None) -> OutputResult:
     """The verdict of one output of one golden case against ``actual`` (an ActualArray or a
     Problem). ``benchmark`` is the ratio standard's same-precision result (in memory)."""
     info = golden_output_info(case, name)
@@ -218,7 +226,10 @@ def judge_output(case, name: str, actual, rule: Rule, opts: JudgeOptions, contex
         bench_judge = BlockJudge(None, dt, info["K"], bench_acc, opts.saturation)
     exact = case.exact[name]
     expected = case.expected[name] if judge.needs_expected else None
-    sum_abs = case.sum_abs[name] if (judge.uses_sum_abs and name in case.sum_abs) else None
+    if not judge.uses_sum_abs:
+        sum_abs = None
+    elif name in case.sum_abs:
+        sum_abs = case.sum_abs[name]
     try:
         for key, flat0, count in plan_blocks(info["shape"], opts.read_elements,
                                              getattr(exact, "chunks", None)):

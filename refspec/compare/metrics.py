@@ -112,10 +112,10 @@ class Accumulator:
         if m.max_abs is None or ad[i] > m.max_abs.abs_err:
             m.max_abs = self._element(flat0, where, i, a, g, ad, ulps, bad)
         d = a - g
-        self._sum_d2 += float(np.dot(d, d))
-        self._sum_ag += float(np.dot(a, g))
-        self._sum_a2 += float(np.dot(a, a))
-        self._sum_g2 += float(np.dot(g, g))
+        self._sum_d2 += float(np.einsum("i,i->", d, d))
+        self._sum_ag += float(np.einsum("i,i->", a, g))
+        self._sum_a2 += float(np.einsum("i,i->", a, a))
+        self._sum_g2 += float(np.einsum("i,i->", g, g))
         small = ag < self.sv
         ns = int(np.count_nonzero(small))
         if ns:

@@ -18,7 +18,8 @@ from ..terms import COPY, ELEMENTWISE, REDUCTION, ROW_REDUCTION
 
 __all__ = ["Standard", "Rule", "STANDARDS", "STANDARD_NAMES", "ASCEND_MIXED", "TORCH_DEFAULTS",
            "VENDOR_THRESHOLDS", "SMALL_VALUES", "RATIO_LEVELS", "OP_RATIO_LEVEL", "C_REDUCTION",
-           "TERM_ROUNDINGS", "ROUNDING_SLACK_U32", "resolve_rule", "standard_table"]
+           "TERM_ROUNDINGS", "ROUNDING_SLACK_U32", "ELEMENT_ROUNDINGS", "UNDERFLOW", "resolve_rule",
+           "standard_table"]
 
 SOURCE = "spec/tolerances.md"
 
@@ -88,6 +89,11 @@ TERM_ROUNDINGS = 3
 #: within ROUNDING_SLACK_U32 * u_acc * |g| of g (two exact products of 16-bit inputs and one
 #: rounded sum, with margin), so it rounds to a neighbour of g, the far one only near a tie
 ROUNDING_SLACK_U32 = 4.0
+#: roundings of a float32 elementwise RoPE value: two products and their sum
+ELEMENT_ROUNDINGS = 3
+#: absolute error of one float32 operation in the subnormal range (half the spacing 2^-149)
+#: is added per rounding to the hard and evaluation bounds
+UNDERFLOW = 2.0 ** -149
 
 
 @dataclass(frozen=True)
@@ -100,6 +106,8 @@ class Rule:
     - ``hard_bound``: |a - g| <= gamma(K + TERM_ROUNDINGS)*S_i + ulp/2 (needs S).
     - ``rounding_gate``: |a - g| <= (1/2 + slack)*ulp of the output dtype at g: the nearest
       neighbour of g, either one at a tie (errata E12: half-even vs half-away).
+    - ``eval_bound``: an element within gamma(ELEMENT_ROUNDINGS)*S + ulp/2 of g passes whatever
+      else holds: what float32 evaluation of c*d + s*e can do when the products cancel (needs S).
     - ``pass_fraction`` of the numeric elements must pass, and the max abs error must be at
       most ``max_abs_cap`` (None: no cap). ``ratio``: judged by the dual benchmark instead.
     """
@@ -111,6 +119,7 @@ class Rule:
     data_atol: bool = False
     hard_bound: bool = False
     rounding_gate: bool = False
+    eval_bound: bool = False
     pass_fraction: float = 1.0
     max_abs_cap: float | None = None
     ratio_level: str | None = None
@@ -134,6 +143,8 @@ class Rule:
         if self.rounding_gate:
             parts.append("|a-g| <= ulp/2 (+float32 slack): nearest value, either at a tie")
         text = " and ".join(parts) or "no check"
+        if self.eval_bound:
+            text += f"; or |a-g| <= gamma({ELEMENT_ROUNDINGS})*S + ulp/2 (products that cancel)"
         if self.pass_fraction < 1:
             text += f", {self.pass_fraction:.0%} of elements"
         if self.max_abs_cap is not None:
@@ -173,7 +184,7 @@ def _default(dtype, cls, K):
         return Rule("default", bitwise=True, notes=("copy: no arithmetic, so no rounding error",))
     gate = dtype in ("float16", "bfloat16")
     if cls == ELEMENTWISE:
-        return Rule("default", rtol=rtol, atol=atol, rounding_gate=gate,
+        return Rule("default", rtol=rtol, atol=atol, rounding_gate=gate, eval_bound=True,
                     notes=("elementwise: Ascend mixed numbers on every element",
                            "16-bit outputs: one rounding of a float32 value lands on the nearest "
                            "neighbour of the exact value (either one at a tie, errata E12)"))
@@ -255,7 +266,7 @@ def resolve_rule(standard: str, dtype: str, cls: str, K: int | None, *, rtol=Non
     if (rtol is not None or atol is not None) and not rule.bitwise:
         rule = replace(rule, rtol=rule.rtol if rtol is None else float(rtol),
                        atol=rule.atol if atol is None else float(atol),
-                       data_atol=False, hard_bound=False, rounding_gate=False,
+                       data_atol=False, hard_bound=False, rounding_gate=False, eval_bound=False,
                        notes=rule.notes + ("numbers overridden for this run",))
     return rule
 

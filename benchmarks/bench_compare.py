@@ -1,0 +1,168 @@
+"""Streaming comparison of a large golden/actual pair: peak memory and throughput.
+
+    python benchmarks/bench_compare.py                 # golden 4.5 GiB + actual 1.5 GiB
+    python benchmarks/bench_compare.py --elements 26   # 2^26 elements: a quick run
+
+Writes into a temporary directory (removed at the end): a golden HDF5 file with one
+RotaryPositionEmbedding case whose float32 output ``y`` (an elementwise output) has the exact
+float64 values and the rounded ones, stored under the golden store's default compression with
+its chunking, written block by block; and the kernel's ``y.bin`` (the rounded values, one
+element in 997 off by one ulp) in the export layout. Then, each in a fresh child process:
+
+1. ``refspec.compare(golden, dir)``: wall time, peak RSS (``ru_maxrss``), throughput in bytes of
+   actual output per second;
+2. NumPy reading the same actual bytes once (``np.fromfile`` in 64 MiB blocks);
+3. h5py reading the golden's exact and expected datasets once (what the comparator must read).
+
+The files are freshly written, so all three read from a warm page cache. Run it alone: the
+numbers are one core's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+CASE_ID = "rope/bench/mode=half/layout=BNSD/cos=11SD/dtype=float32"
+
+
+def write_pair(d: str, n_log2: float) -> tuple[str, str, int]:
+    import refspec.goldens as goldens
+    from refspec._version import __version__
+    from refspec.goldens_format import chunk_shape, compression_filters
+    from refspec.goldens_write import append_index, create_golden_file, require_case_parent
+
+    B, N, D = 8, 32, 128
+    S = int(round(2 ** n_log2 / (B * N * D)))
+    shape = (B, N, S, D)
+    n = B * N * S * D
+    path = os.path.join(d, "golden.h5")
+    f = create_golden_file(path, {"schema_version": 1, "refspec_version": __version__,
+                                  "sweep_name": "bench", "sweep_definition": "", "sweep_seed": 0,
+                                  "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    filters = compression_filters(goldens.DEFAULT_COMPRESSION)
+    out_dir = os.path.join(d, "actual", *CASE_ID.split("/"))
+    os.makedirs(out_dir)
+    with f:
+        parent = require_case_parent(f, CASE_ID)
+        g = parent.create_group(CASE_ID.rsplit("/", 1)[1])
+        params = {"op": "rope", "mode": 0, "layout": "BNSD", "cos_pattern": "11SD",
+                  "dtype": "float32", "B": B, "N": N, "S": S, "D": D}
+        for k, v in dict(case_id=CASE_ID, op="rotary_position_embedding", params=json.dumps(params),
+                         seed=0, soc="", distribution="random", expected_error_code=0,
+                         regenerate="benchmarks/bench_compare.py").items():
+            g.attrs[k] = v
+        g.create_group("inputs")
+        exp = g.create_group("expected").create_dataset(
+            "y", shape, np.float32, chunks=chunk_shape(shape, 4), **filters)
+        exp.attrs.update(dtype="float32", comparison_class="elementwise", reduced_terms=-1,
+                         axes="BNSD")
+        ex = g.create_group("exact").create_dataset(
+            "y", shape, np.float64, chunks=chunk_shape(shape, 8), **filters)
+        ex.attrs["dtype"] = "float64"
+        rng = np.random.default_rng(1)
+        rows = max(1, (1 << 22) // (N * S * D)) if N * S * D <= (1 << 22) else 1
+        with open(os.path.join(out_dir, "y.bin"), "wb") as fh:
+            for b in range(B):
+                for n0 in range(0, N, max(1, (1 << 22) // (S * D))):
+                    n1 = min(N, n0 + max(1, (1 << 22) // (S * D)))
+                    exact = rng.standard_normal((1, n1 - n0, S, D))
+                    rounded = exact.astype(np.float32)
+                    ex[b:b + 1, n0:n1] = exact
+                    exp[b:b + 1, n0:n1] = rounded
+                    flat = rounded.reshape(-1)
+                    flat[::997] = np.nextafter(flat[::997], np.float32(np.inf))
+                    fh.write(memoryview(flat).cast("B"))
+        append_index(f, CASE_ID)
+        f.attrs["complete"] = True
+    return path, os.path.join(d, "actual"), n
+
+
+def child(kind: str, golden: str, actual: str) -> dict:
+    t0 = time.perf_counter()
+    info = {}
+    if kind == "compare":
+        from refspec.compare import compare
+        report = compare(golden, actual)
+        r = report.results[0]
+        info = {"status": r.status, "elements": r.metrics.n, "mismatches": r.metrics.failures,
+                "summary": report.summary_line()}
+    elif kind == "numpy":
+        path = os.path.join(actual, *CASE_ID.split("/"), "y.bin")
+        total = 0
+        with open(path, "rb") as fh:
+            while True:
+                block = np.fromfile(fh, dtype=np.float32, count=1 << 24)
+                if block.size == 0:
+                    break
+                total += block.size
+        info = {"elements": total}
+    elif kind == "h5py":
+        import refspec.goldens as goldens
+        with goldens.open(golden) as gf:
+            case = gf[CASE_ID]
+            for arr in (case.exact["y"], case.expected["y"]):
+                for _ in arr.blocks(64 << 20):
+                    pass
+    info["seconds"] = time.perf_counter() - t0
+    info["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return info
+
+
+def run_child(kind, golden, actual) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", kind, golden, actual],
+                         capture_output=True, text=True)
+    if out.returncode:
+        sys.exit(f"{kind} child failed:\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--elements", type=float, default=np.log2(3 * 2 ** 27),
+                    help="log2 of the number of output elements (default: 3*2^27, 1.5 GiB float32)")
+    ap.add_argument("--dir", default=None, help="where to write the pair (default: a temp dir)")
+    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(*args.child)))
+        return
+    base = args.dir or tempfile.gettempdir()
+    need = 16 * 2 ** args.elements * 1.1
+    free = shutil.disk_usage(base).free
+    if free < need:
+        sys.exit(f"need {need / 2**30:.1f} GiB free in {base}, have {free / 2**30:.1f} GiB")
+    d = tempfile.mkdtemp(prefix="refspec-bench-", dir=base)
+    try:
+        t0 = time.perf_counter()
+        golden, actual, n = write_pair(d, args.elements)
+        gsize = os.path.getsize(golden)
+        asize = n * 4
+        print(f"wrote golden {gsize / 2**30:.2f} GiB + actual {asize / 2**30:.2f} GiB "
+              f"({n} float32 elements, compression {__import__('refspec.goldens').goldens.DEFAULT_COMPRESSION}) "
+              f"in {time.perf_counter() - t0:.1f} s")
+        cmp_ = run_child("compare", golden, actual)
+        npy = run_child("numpy", golden, actual)
+        h5 = run_child("h5py", golden, actual)
+        print(f"compare: {cmp_['seconds']:.2f} s, {asize / cmp_['seconds'] / 1e9:.2f} GB/s of actual "
+              f"output, peak RSS {cmp_['peak_rss_mib']:.0f} MiB; {cmp_['summary']}")
+        print(f"numpy reads the actual bytes once: {npy['seconds']:.2f} s "
+              f"({asize / npy['seconds'] / 1e9:.2f} GB/s), peak RSS {npy['peak_rss_mib']:.0f} MiB")
+        print(f"h5py reads the golden's exact+expected once: {h5['seconds']:.2f} s "
+              f"({gsize / h5['seconds'] / 1e9:.2f} GB/s), peak RSS {h5['peak_rss_mib']:.0f} MiB")
+        print(f"ratio compare / numpy read of the actual bytes: {cmp_['seconds'] / npy['seconds']:.1f}x")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
