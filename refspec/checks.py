@@ -15,11 +15,17 @@ from .errors import ParamInvalidError, ParamNullptrError, TilingError
 __all__ = ["as_tensor", "check_soc", "check_attr", "require", "check_out_dtype", "output_dtype"]
 
 
+#: vendor SoC names of the profiles (spec/README.md, "Chip profiles")
+VENDOR_SOC_NAMES = {"ASCEND910B": "A2", "ASCEND910_93": "A3", "ASCEND910_95": "950"}
+
+
 def check_soc(soc, op: str, allowed=SOCS) -> str | None:
-    """None (math only) or one of the chip profiles ``allowed``."""
+    """None (math only) or one of the chip profiles ``allowed`` ("A2", "A3", "950"; the vendor
+    SoC names ascend910b, ascend910_93, ascend910_95 and an "Ascend" prefix are understood)."""
     if soc is None:
         return None
     name = str(soc).upper()
+    name = VENDOR_SOC_NAMES.get(name, name)
     if name.startswith("ASCEND"):
         name = name[len("ASCEND"):]
     if name not in allowed:
@@ -59,7 +65,10 @@ def check_same_dtype(arr: np.ndarray, name: str, ref: np.ndarray, ref_name: str,
 
 
 def check_attr(value, name: str, allowed, ctx: str, error=TilingError) -> int:
-    """An integer attribute in ``allowed`` (561002 by default)."""
+    """An integer attribute in ``allowed`` (561002 by default); bools are not integers here."""
+    if isinstance(value, (bool, np.bool_)):
+        raise error(f"{name}: {value!r} is a bool, not an integer; allowed: "
+                    f"{', '.join(str(a) for a in allowed)} [{ctx}]")
     try:
         as_int = int(value)
         ok = as_int == value and as_int in allowed

@@ -259,3 +259,24 @@ def test_infer_layout_950_and_math_only():
     with pytest.raises(refspec.AclnnError) as excinfo:
         refspec.infer_layout((10, 3, 8), (10, 1, 8), 0, "950")
     assert_aclnn(excinfo, TilingError, 561002, "dy")
+
+
+@pytest.mark.parametrize("vendor, profile", [("ascend910b", "A2"), ("Ascend910_93", "A3"),
+                                             ("ascend910_95", "950")])
+def test_vendor_soc_names_select_the_profile(vendor, profile):
+    dy = np.zeros((1, 1, 2, 4), np.float32)
+    cos = np.zeros((1, 1, 2, 4), np.float32)
+    # mode 2 separates the profiles: A2/A3 have no quarter kernel, 950 has one.
+    if profile == "950":
+        refspec.rotary_position_embedding_grad(dy, cos, cos, mode=2, soc=vendor)
+    else:
+        with pytest.raises(refspec.TilingError, match=rf"^mode: 2 .*{profile}"):
+            refspec.rotary_position_embedding_grad(dy, cos, cos, mode=2, soc=vendor)
+
+
+@pytest.mark.parametrize("mode", [True, False, np.bool_(True)])
+def test_bool_mode_is_rejected(mode):
+    z = np.zeros((1, 1, 2, 4))
+    with pytest.raises(refspec.TilingError, match="^mode: .*bool") as info:
+        refspec.rotary_position_embedding_grad(z, z, z, mode=mode)
+    assert info.value.code == 561002
