@@ -29,12 +29,13 @@ from . import blocked
 from .dtypes import resolve_dtype, round_to
 from .enums import NormType
 from .errors import AclnnError
-from .inputs import draw, draw_tables, dtype_max
+from .inputs import draw, draw_tables, dtype_max, stream
 from .layouts import layout_shape
 from .norm_rope_concat import norm_rope_concat, norm_rope_concat_backward
-from .nrc_checks import STREAMS
+from .nrc_checks import STREAMS, check_nrc_args
 from .reduce import broadcast_dims
 from .rope import rotary_position_embedding, rotary_position_embedding_grad
+from .rope_checks import check_rope_args
 from .sweep import OP_FUNCTIONS, Case
 from .terms import (norm_rope_concat_backward_terms, norm_rope_concat_terms, rope_grad_terms,
                     rope_terms)
@@ -209,14 +210,12 @@ def probe(params: dict) -> AclnnError | None:
     arrays = {k: np.broadcast_to(np.zeros((), t.dtype), t.shape) for k, t in plan.items()}
     try:
         if params["op"] in ("rope_grad", "rope"):
-            from .rope_checks import check_rope_args
             fn = OP_FUNCTIONS[params["op"]]
             primary = "dy" if params["op"] == "rope_grad" else "x"
             check_rope_args(fn, primary, arrays[primary], arrays.get("cos"), arrays.get("sin"),
                             arrays.get("x") if primary == "dy" else None, params["mode"],
                             params["soc"])
         else:
-            from .nrc_checks import check_nrc_args
             backward = params["op"] == "nrc_grad"
             names = _nrc_param_names(backward)
             tensors = {n: arrays.get(n) for n in names}
@@ -246,7 +245,6 @@ def _rope_positions(p: dict, cshape: tuple, seed: int) -> np.ndarray:
     the S axis (TND: the index within each packed sequence), plus a random offset per index of
     any other axis the table has (per-batch or per-head tables); one random position when the
     table has no sequence axis."""
-    from .inputs import stream
     rng = stream(seed, "positions")
     layout, pattern = p["layout"], p["cos_pattern"]
     pos = np.zeros(cshape[:-1] + (1,))
