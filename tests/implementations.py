@@ -35,8 +35,8 @@ def round_half_away(x32: np.ndarray, dtype) -> np.ndarray:
     """float32 -> dtype, to nearest, ties away from zero."""
     dtype = np.dtype(dtype)
     x32 = np.asarray(x32, dtype=F32)
-    if dtype == np.float32:
-        return x32.copy()
+    if dtype in (np.float32, np.float64):
+        return x32.astype(dtype)
     if dtype == BF16:
         bits = x32.view(np.uint32)
         sign = bits & np.uint32(0x80000000)
@@ -64,8 +64,8 @@ def round_toward_zero(x32: np.ndarray, dtype) -> np.ndarray:
     """float32 -> dtype by truncation (the rounding bug)."""
     dtype = np.dtype(dtype)
     x32 = np.asarray(x32, dtype=F32)
-    if dtype == np.float32:
-        return x32.copy()
+    if dtype in (np.float32, np.float64):
+        return x32.astype(dtype)
     if dtype == BF16:
         return (x32.view(np.uint32) >> np.uint32(16)).astype(np.uint16).view(BF16)
     with np.errstate(over="ignore"):
@@ -289,6 +289,22 @@ def nrc_backward(inputs: dict, attrs: dict, dtype, bug=None) -> dict:
     return {k: rnd(v, dtype) for k, v in out.items()}
 
 
+def _layer_norm_stats(x, eps, D):
+    """Two-pass mean and rstd in float32; rows with huge values are first scaled by their
+    largest magnitude so that neither the sum nor the squares overflow (a valid float32 order)."""
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        scale = np.max(np.abs(x), axis=-1, keepdims=True)
+        big = scale > F32(2.0 ** 60)
+        scale = np.where(big, scale, F32(1))
+        xs = x / scale
+        mean_s = np.add.reduce(xs, axis=-1, dtype=F32, keepdims=True) / F32(D)
+        d = xs - mean_s
+        var_s = np.add.reduce(d * d, axis=-1, dtype=F32, keepdims=True) / F32(D)
+        rstd_big = (F32(1) / scale) / np.sqrt(var_s + eps / (scale * scale))
+        rstd = np.where(big, rstd_big, F32(1) / np.sqrt(var_s + eps))
+    return mean_s * scale, rstd.astype(F32)
+
+
 def nrc_forward(inputs: dict, attrs: dict, dtype, bug=None) -> dict:
     t = {k: _f32(v) for k, v in inputs.items() if v is not None}
     nt, nat = int(attrs.get("norm_type", 0)), int(attrs.get("norm_added_type", 0))
@@ -305,9 +321,7 @@ def nrc_forward(inputs: dict, attrs: dict, dtype, bug=None) -> dict:
         if typ == 0:
             normed[stream] = x
             continue
-        mean = np.add.reduce(x, axis=-1, dtype=F32, keepdims=True) / F32(D)
-        var = np.add.reduce((x - mean) * (x - mean), axis=-1, dtype=F32, keepdims=True) / F32(D)
-        rstd = F32(1) / np.sqrt(var + eps)
+        mean, rstd = _layer_norm_stats(x, eps, D)
         y = (x - mean) * rstd
         if typ == 2:
             y = t[f"{prefix}_bias"] + y * t[f"{prefix}_weight"]
@@ -336,8 +350,19 @@ def nrc_forward(inputs: dict, attrs: dict, dtype, bug=None) -> dict:
 
 
 def run(op: str, params: dict, inputs: dict, bug=None) -> dict:
-    """Outputs of the device-like implementation of ``op`` (a refspec function name)."""
+    """Outputs of the device-like implementation of ``op`` (a refspec function name). Cases in
+    float64 (the math-only profile; no device has it) run the same code in float64 arithmetic."""
+    global F32
     inputs = {k: v for k, v in inputs.items() if v is not None}
+    wide = any(np.asarray(v).dtype == np.float64 for v in inputs.values())
+    saved, F32 = F32, (np.float64 if wide else np.float32)
+    try:
+        return _run(op, params, inputs, bug)
+    finally:
+        F32 = saved
+
+
+def _run(op, params, inputs, bug):
     if op == "rotary_position_embedding_grad":
         return rope_grad(inputs["dy"], inputs["cos"], inputs["sin"], inputs.get("x"),
                          int(params["mode"]), bug)
