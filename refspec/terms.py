@@ -85,10 +85,12 @@ def norm_rope_concat_backward_terms(tensors: dict, attrs: dict, soc=None) -> dic
     - with norm type 1/2, dx = rstd*(gw - mean_D(gw) - xhat*mean_D(gw*xhat)) is a row reduction,
       K = D, S = |rstd|*(|gw| + mean_D|gw| + |xhat|*mean_D|gw*xhat|);
     - dbias = sum_BSN g' and dweight = sum_BSN g'*xhat: reductions with K = B*S*N rows,
-      S = sum_BSN |g'| and sum_BSN |g'*xhat|.
+      S = sum_BSN |g'| and sum_BSN |g'*xhat|,
+    where |g'| stands for A, the sum of the absolute RoPE-backward products that make g'
+    (:func:`_upstream_abs`), since those products may cancel before the LayerNorm sums.
     """
     t, a, _ = backward_args(tensors, attrs, soc)
-    _, upstream = backward_exact(t, a)
+    upstream = _upstream_abs(t, a)
     D = t["query"].shape[-1]
     out = {"grad_value": OutputTerms(COPY)}
     if t["encoder_key"] is not None:
@@ -100,17 +102,33 @@ def norm_rope_concat_backward_terms(tensors: dict, attrs: dict, soc=None) -> dic
             out[f"grad_{weight}"] = out[f"grad_{bias}"] = OutputTerms(REDUCTION, 0, np.zeros(D))
         if x is None:
             continue
-        g = upstream[stream]
+        g = upstream[stream]  # A >= |g'|
         if norm == NormType.NONE:
             out[f"grad_{stream}"] = OutputTerms(ELEMENTWISE if a["rope_type"] else COPY)
             continue
         xhat = (x - t[mean]) * t[rstd]
-        gw = g * t[weight] if norm == NormType.AFFINE_LAYER_NORM else g
-        s_dx = np.abs(t[rstd]) * (np.abs(gw) + np.abs(gw).mean(axis=-1, keepdims=True)
-                                  + np.abs(xhat) * np.abs(gw * xhat).mean(axis=-1, keepdims=True))
+        gw = g * np.abs(t[weight]) if norm == NormType.AFFINE_LAYER_NORM else g
+        s_dx = np.abs(t[rstd]) * (gw + gw.mean(axis=-1, keepdims=True)
+                                  + np.abs(xhat) * (gw * np.abs(xhat)).mean(axis=-1, keepdims=True))
         out[f"grad_{stream}"] = OutputTerms(ROW_REDUCTION, D, s_dx)
         if norm == NormType.AFFINE_LAYER_NORM:
             rows = prod(x.shape[:3])
-            out[f"grad_{bias}"] = OutputTerms(REDUCTION, rows, np.abs(g).sum(axis=(0, 1, 2)))
-            out[f"grad_{weight}"] = OutputTerms(REDUCTION, rows, np.abs(g * xhat).sum(axis=(0, 1, 2)))
+            out[f"grad_{bias}"] = OutputTerms(REDUCTION, rows, g.sum(axis=(0, 1, 2)))
+            out[f"grad_{weight}"] = OutputTerms(REDUCTION, rows, (g * np.abs(xhat)).sum(axis=(0, 1, 2)))
     return out
+
+
+def _upstream_abs(t: dict, a: dict) -> dict:
+    """For each stream, A = per element the sum of |products| that the RoPE backward adds up into
+    g' (|g| where no RoPE applies), by running the spec's backward dataflow with the sin part
+    and the cos part of the rope tables alone (each element is then a single product), minus the
+    positions p >= Sr that both runs pass through unchanged. LayerNorm is switched off (type 0)
+    since only g' is needed."""
+    plain = dict(a, norm_type=NormType.NONE, norm_added_type=NormType.NONE)
+    if a["rope_type"] == RopeType.NONE:
+        return {k: np.abs(v) for k, v in backward_exact(t, plain)[1].items()}
+    zeros = np.zeros_like(t["rope_cos"])
+    cos_part = backward_exact(dict(t, rope_sin=zeros), plain)[1]
+    sin_part = backward_exact(dict(t, rope_cos=zeros), plain)[1]
+    passed = backward_exact(dict(t, rope_cos=zeros, rope_sin=zeros), plain)[1]
+    return {k: np.abs(cos_part[k]) + np.abs(sin_part[k]) - np.abs(passed[k]) for k in cos_part}

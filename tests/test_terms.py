@@ -165,3 +165,28 @@ def test_norm_rope_concat_forward_terms(norm_type, norm_added_type, rope_type, q
             assert terms[name].reduced_terms == D
     for name in refspec.NormRopeConcatOutputs._fields[3:]:
         assert terms[name].comparison_class == ROW_REDUCTION and terms[name].reduced_terms == D
+
+
+def test_nrc_sum_abs_counts_rope_products_that_cancel():
+    """With cos = sin = 1 and an all-ones gradient, half-mode RoPE backward gives
+    g'[i+h] = g[i+h]*c - g[i]*s = 0: the products cancel, yet each contributes |1| to S."""
+    B, N, S, D = 1, 2, 3, 4
+    rng = np.random.default_rng(7)
+    q = rng.standard_normal((B, S, N, D))
+    k = rng.standard_normal((B, S, N, D))
+    w = rng.standard_normal(D)
+    ones = np.ones((S, D))
+    fwd = refspec.norm_rope_concat(q, k, k, norm_query_weight=w, norm_query_bias=w,
+                                   norm_key_weight=w, norm_key_bias=w, rope_sin=ones, rope_cos=ones,
+                                   norm_type=2, rope_type=2, is_training=True, out_dtype=np.float64)
+    g = np.ones((B, N, S, D))
+    tensors = dict(grad_query_output=g, grad_key_output=g, grad_value_output=g, query=q, key=k,
+                   norm_query_weight=w, norm_query_mean=fwd.norm_query_mean,
+                   norm_query_rstd=fwd.norm_query_rstd, norm_key_weight=w,
+                   norm_key_mean=fwd.norm_key_mean, norm_key_rstd=fwd.norm_key_rstd,
+                   rope_sin=ones, rope_cos=ones)
+    attrs = dict(norm_type=2, norm_added_type=0, rope_type=2, concat_order=0)
+    grads = refspec.norm_rope_concat_backward(**tensors, **attrs, out_dtype=np.float64)
+    np.testing.assert_array_equal(grads.grad_norm_query_bias, [2 * B * S * N] * 2 + [0, 0])
+    meta = norm_rope_concat_backward_terms(tensors, attrs)["grad_norm_query_bias"]
+    np.testing.assert_array_equal(meta.sum_abs, [2.0 * B * S * N] * D)
