@@ -23,11 +23,12 @@ from .norm_rope_concat import (NormRopeConcatGrads, NormRopeConcatOutputs, norm_
                                norm_rope_concat_backward)
 from .reduce import sum_to_shape
 from .rope import rotary_position_embedding, rotary_position_embedding_grad
+from .compare import compare  # noqa: E402  (the function; the subpackage stays importable by name)
 
 __all__ = [
     "__version__",
     "rotary_position_embedding", "rotary_position_embedding_grad",
-    "norm_rope_concat", "norm_rope_concat_backward",
+    "norm_rope_concat", "norm_rope_concat_backward", "compare",
     "NormRopeConcatOutputs", "NormRopeConcatGrads",
     "AclnnError", "ParamNullptrError", "ParamInvalidError", "InferShapeError", "TilingError",
     "InnerNullptrError",
