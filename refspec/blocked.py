@@ -70,7 +70,7 @@ def blocks(shape: tuple, target: int = BLOCK_ELEMENTS):
 
 
 def single_threaded() -> None:
-    """Process-pool initializer: one thread per worker process (the processes share the CPUs)."""
+    """Block evaluation in one thread (worker processes of ``--jobs`` share the CPUs)."""
     global THREADS
     THREADS = 1
 

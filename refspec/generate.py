@@ -15,9 +15,10 @@ import time
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from math import prod
 
 from . import blocked, goldens
-from .cases import build_case, probe, regenerate_command
+from .cases import build_case, probe, regenerate_command, tensor_plan
 from .sweep import Case, Sweep, SweepError
 
 __all__ = ["GenerateError", "Summary", "check_expectations", "generate"]
@@ -69,32 +70,61 @@ def check_expectations(sweep: Sweep, cases: list[Case]) -> dict:
     return outcome
 
 
+def _worker_init() -> None:
+    """Worker processes: one thread each, and a lower scheduling priority than the parent, whose
+    writing is the serial part of a run (the workers compute ahead in the remaining CPU time)."""
+    blocked.single_threaded()
+    try:
+        os.nice(5)
+    except OSError:
+        pass
+
+
+#: results in flight between worker processes and the writer: at most this many bytes (by the
+#: planned tensor sizes) beyond one case per worker, and at most 4 cases per worker
+WINDOW_BYTES = 1 << 30
+
+
+def _planned_bytes(case: Case) -> int:
+    """A generous estimate of a case's result size: its inputs, exact, expected and tolerance
+    terms, counted as float64 four times over."""
+    return 32 * sum(prod(t.shape) for t in tensor_plan(case.params).values())
+
+
 def _ordered_results(cases: list[Case], jobs: int):
     """build_case results in case order; ``jobs`` > 1 computes in spawned processes with a
-    bounded window of cases in flight."""
+    bounded window of cases in flight (by count and by size)."""
     if jobs <= 1:
         for case in cases:
             yield case, build_case(case)
         return
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx,
-                             initializer=blocked.single_threaded) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init) as pool:
         pending = deque()
         it = iter(cases)
+        nxt = next(it, None)
+        in_flight = 0
+
+        def room() -> bool:
+            if nxt is None or len(pending) >= 4 * jobs:
+                return False
+            return len(pending) < jobs or in_flight + _planned_bytes(nxt) <= WINDOW_BYTES
+
         try:
-            for case in it:
-                pending.append((case, pool.submit(build_case, case)))
-                if len(pending) >= 2 * jobs:
+            while True:
+                while room():
+                    size = _planned_bytes(nxt)
+                    pending.append((nxt, size, pool.submit(build_case, nxt)))
+                    in_flight += size
+                    nxt = next(it, None)
+                if not pending:
                     break
-            while pending:
-                case, future = pending.popleft()
+                case, size, future = pending.popleft()
                 result = future.result()
-                nxt = next(it, None)
-                if nxt is not None:
-                    pending.append((nxt, pool.submit(build_case, nxt)))
+                in_flight -= size
                 yield case, result
         except BaseException:
-            for _, future in pending:
+            for _, _, future in pending:
                 future.cancel()
             pool.shutdown(wait=True, cancel_futures=True)
             raise
