@@ -152,12 +152,15 @@ def generate_command(sweep_ref, tier, ops, socs, dtypes, modes, layouts, case_id
                         compression=compression, resume=resume, force=force,
                         progress=progress, extra_attrs=extra)
 
-    if sys.stderr.isatty():
-        with click.progressbar(length=len(cases), label="generating", file=sys.stderr,
-                               show_pos=True) as bar:
-            summary = run(bar.update)
-    else:
-        summary = run(None)
+    try:
+        if sys.stderr.isatty():
+            with click.progressbar(length=len(cases), label="generating", file=sys.stderr,
+                                   show_pos=True) as bar:
+                summary = run(bar.update)
+        else:
+            summary = run(None)
+    except GenerateError as exc:
+        raise CliError(f"{exc} (the cases written so far are in {out}.part; --resume continues)") from None
     click.echo(summary.line())
     return 0
 

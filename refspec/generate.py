@@ -14,6 +14,7 @@ import os
 import time
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from math import prod
 
@@ -120,7 +121,12 @@ def _ordered_results(cases: list[Case], jobs: int):
                 if not pending:
                     break
                 case, size, future = pending.popleft()
-                result = future.result()
+                try:
+                    result = future.result()
+                except BrokenProcessPool:
+                    raise GenerateError(f"case {case.id}: a worker process ended abruptly (killed, "
+                                        "out of memory, or it could not start); --jobs 1 computes "
+                                        "in this process and shows the cause") from None
                 in_flight -= size
                 yield case, result
         except BaseException:
