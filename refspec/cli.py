@@ -85,9 +85,11 @@ def _register_commands(group):
         mod.register(group)
 
 
-if __name__ == "__main__":  # pragma: no cover - ``python -m refspec.cli``: use the package's module
+if __name__ == "refspec.cli":
+    _register_commands(main)
+elif __name__ == "__main__":  # pragma: no cover - ``python -m refspec.cli``: run the package's module
     from refspec.cli import main as _main
 
     _main()
-else:
-    _register_commands(main)
+# Under any other name (``__mp_main__`` in a worker process started by ``--jobs``) the module is
+# a re-import of a script and must not register: the real ``refspec.cli`` does that.

@@ -24,3 +24,17 @@ def test_unknown_command_is_one_line_exit_2():
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("refspec: error:") and "no-such-command" in lines[0]
     assert "Traceback" not in proc.stderr
+
+
+def test_python_m_refspec_cli_with_worker_processes(tmp_path):
+    """Worker processes re-import the started script as __mp_main__; that must not register
+    the command modules a second time (it used to kill the workers)."""
+    out = tmp_path / "one.h5"
+    case = subprocess.run([sys.executable, "-m", "refspec.cli", "list"], capture_output=True,
+                          text=True, timeout=120).stdout.splitlines()[:2]
+    args = [sys.executable, "-m", "refspec.cli", "generate", "--jobs", "2", "-o", str(out)]
+    for cid in case:
+        args += ["--case", cid]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert out.exists() and "Traceback" not in proc.stderr
