@@ -10,7 +10,8 @@ its chunking, written block by block; and the kernel's ``y.bin`` (the rounded va
 element in 997 off by one ulp) in the export layout. Then, each in a fresh child process:
 
 1. ``refspec.compare(golden, dir)``: wall time, peak RSS (``ru_maxrss``), throughput in bytes of
-   actual output per second;
+   actual output per second; with ``--reference`` also ``compare(..., fast=False)`` (every block
+   through the reference step: the same report, checked equal here);
 2. NumPy reading the same actual bytes once (``np.fromfile`` in 64 MiB blocks);
 3. h5py reading the golden's exact and expected datasets once (what the comparator must read).
 
@@ -90,12 +91,12 @@ def write_pair(d: str, n_log2: float) -> tuple[str, str, int]:
 def child(kind: str, golden: str, actual: str) -> dict:
     t0 = time.perf_counter()
     info = {}
-    if kind == "compare":
+    if kind in ("compare", "reference"):
         from refspec.compare import compare
-        report = compare(golden, actual)
+        report = compare(golden, actual, fast=kind == "compare")
         r = report.results[0]
         info = {"status": r.status, "elements": r.metrics.n, "mismatches": r.metrics.failures,
-                "summary": report.summary_line()}
+                "summary": report.summary_line(), "metrics": repr(r.metrics)}
     elif kind == "numpy":
         path = os.path.join(actual, *CASE_ID.split("/"), "y.bin")
         total = 0
@@ -131,6 +132,8 @@ def main():
     ap.add_argument("--elements", type=float, default=np.log2(3 * 2 ** 27),
                     help="log2 of the number of output elements (default: 3*2^27, 1.5 GiB float32)")
     ap.add_argument("--dir", default=None, help="where to write the pair (default: a temp dir)")
+    ap.add_argument("--reference", action="store_true",
+                    help="also time the reference step (fast=False) and check the same report")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -160,6 +163,12 @@ def main():
         print(f"h5py reads the golden's exact+expected once: {h5['seconds']:.2f} s "
               f"({gsize / h5['seconds'] / 1e9:.2f} GB/s), peak RSS {h5['peak_rss_mib']:.0f} MiB")
         print(f"ratio compare / numpy read of the actual bytes: {cmp_['seconds'] / npy['seconds']:.1f}x")
+        if args.reference:
+            ref = run_child("reference", golden, actual)
+            same = "identical" if ref["metrics"] == cmp_["metrics"] else "DIFFERENT"
+            print(f"reference step (fast=False): {ref['seconds']:.2f} s "
+                  f"({asize / ref['seconds'] / 1e9:.2f} GB/s), peak RSS {ref['peak_rss_mib']:.0f} MiB; "
+                  f"fused/reference speed-up {ref['seconds'] / cmp_['seconds']:.2f}x; metrics {same}")
     finally:
         shutil.rmtree(d, ignore_errors=True)
 

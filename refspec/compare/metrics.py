@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Accumulator", "Metrics", "Element", "ULP_BIN_EXPONENTS", "ulp_bin_labels"]
+__all__ = ["Accumulator", "Metrics", "Element", "ULP_BIN_EXPONENTS", "ulp_bin_labels",
+           "ulp_bin_counts", "Scratch"]
 
 #: ulp histogram bins: exact 0, then (2^(k-1), 2^k] for k = -1 .. 20, then > 2^20
 ULP_BIN_EXPONENTS = tuple(range(-1, 21))
@@ -31,6 +32,30 @@ def ulp_bin_labels() -> list[str]:
 
 def _pow2(k: int) -> str:
     return "1/2" if k == -1 else str(2 ** k)
+
+
+_MANT64 = (1 << 52) - 1
+#: biased float64 exponent of the top bin's lower edge: x > 2^20 lands in bin _NBINS - 1
+_TOP_BIASED = 1023 + ULP_BIN_EXPONENTS[-1] + 1
+
+
+def ulp_bin_counts(ulps: np.ndarray, scratch: np.ndarray | None = None) -> np.ndarray:
+    """Histogram counts of non-negative finite float64 ``ulps`` over the bins of
+    :func:`ulp_bin_labels`, from the bit patterns alone: adding the mantissa mask to the bits
+    carries into the exponent exactly when the mantissa is non-zero, so the biased exponent
+    B = (bits + mask) >> 52 is 1023 + ceil(log2 x) for x > 0 (1 for subnormals, 0 for zero),
+    i.e. x is in (2^(B-1024), 2^(B-1023)]. ``scratch``: an int64 buffer of the same size."""
+    bits = ulps.view(np.int64)
+    b = np.add(bits, _MANT64, out=scratch)
+    b >>= 52
+    c = np.bincount(b, minlength=_TOP_BIASED + 1)
+    lo = 1023 + ULP_BIN_EXPONENTS[0]                  # B of bin (2^-2, 2^-1]
+    out = np.empty(_NBINS, np.int64)
+    out[0] = c[0]
+    out[1] = c[1:lo + 1].sum()
+    out[2:-1] = c[lo + 1:_TOP_BIASED]
+    out[-1] = c[_TOP_BIASED:].sum()
+    return out
 
 
 @dataclass
@@ -75,6 +100,18 @@ class Metrics:
         return self.failures / self.n if self.n else 0.0
 
 
+class Scratch:
+    """Temporaries of one compute step, allocated once and reused for every block."""
+
+    def __init__(self, n: int):
+        self.size = n
+        f = lambda: np.empty(n, np.float64)  # noqa: E731
+        self.a64, self.d, self.ad, self.ag, self.ulp, self.ulps, self.tol, self.rel = \
+            (f() for _ in range(8))
+        self.ints = np.empty(n, np.int64)
+        self.mask = np.empty(n, bool)
+
+
 class Accumulator:
     """Streaming metrics of one output. ``small`` is (SV, E); ``top`` the number of worst
     elements kept; ``heat`` (shape, axes i, j) asks for a max-badness map over two axes."""
@@ -87,6 +124,7 @@ class Accumulator:
         self._sum_rel = 0.0
         self._n_rel = 0
         self._cand: list[Element] = []
+        self._kth = None                  # cached _kth_best(); reset when _cand changes
         self._heat = None
         if heat is not None:
             shape, i, j = heat
@@ -139,6 +177,67 @@ class Accumulator:
         if self._heat is not None:
             self._heat_add(flat0, where, bad)
 
+    def add_all_numeric(self, flat0: int, a: np.ndarray, g: np.ndarray, d: np.ndarray,
+                        ad: np.ndarray, ag: np.ndarray, ulps: np.ndarray, bad: np.ndarray,
+                        i_max: int, scratch) -> None:
+        """:meth:`add_numeric` for a block whose elements are all numeric (``where`` None),
+        with ``d = a - g`` and ``i_max = argmax(ad)`` already computed and the temporaries in
+        ``scratch`` (:class:`Scratch`). Same operations on the same values, so the same
+        numbers; passes whose outcome is known are skipped (no failure count when no badness
+        exceeds 1, no worst-element selection when no element can enter the kept top)."""
+        m = self.m
+        n = a.size
+        if n == 0:
+            return
+        m.n_numeric += n
+        bmax = float(bad.max())
+        if not bmax <= 1.0:
+            m.failures += int(np.count_nonzero(bad > 1.0))
+        if bmax > m.max_badness:
+            m.max_badness = bmax
+        if m.max_abs is None or ad[i_max] > m.max_abs.abs_err:
+            m.max_abs = self._element(flat0, None, i_max, a, g, ad, ulps, bad)
+        self._sum_d2 += float(np.einsum("i,i->", d, d))
+        self._sum_ag += float(np.einsum("i,i->", a, g))
+        self._sum_a2 += float(np.einsum("i,i->", a, a))
+        self._sum_g2 += float(np.einsum("i,i->", g, g))
+        small = np.less(ag, self.sv, out=scratch.mask[:n])
+        ns = int(np.count_nonzero(small))
+        if ns:
+            m.n_small += ns
+            ads = ad[small]
+            m.small_errors += int(np.count_nonzero(ads > self.e_small))
+            mx = float(ads.max())
+            m.max_abs_small = mx if m.max_abs_small is None else max(m.max_abs_small, mx)
+        if ns < n:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rel = np.divide(ad, ag, out=scratch.rel[:n])
+            if ns:
+                big = np.logical_not(small, out=small)
+                rel = rel[big]
+            self._sum_rel += float(rel.sum())
+            self._n_rel += rel.size
+            k = int(np.argmax(rel))
+            if m.max_rel is None or rel[k] > m.max_rel:
+                m.max_rel = float(rel[k])
+                pos = np.flatnonzero(big)[k] if ns else k
+                m.max_rel_at = self._element(flat0, None, pos, a, g, ad, ulps, bad)
+        h = self.m.ulp_hist
+        for b, c in enumerate(ulp_bin_counts(ulps, scratch.ints[:n]).tolist()):
+            h[b] += c
+        if self.top > 0:
+            t = self._kth_best()
+            if t is None or not bmax < t:       # otherwise every element ranks below the top
+                self._keep_worst(flat0, None, a, g, ad, ulps, bad, bmax)
+
+    def _kth_best(self) -> float | None:
+        """The ``top``-th largest badness among the candidates (None: fewer than ``top``)."""
+        if len(self._cand) < self.top:
+            return None
+        if self._kth is None:
+            self._kth = sorted((e.badness for e in self._cand), reverse=True)[self.top - 1]
+        return self._kth
+
     def add_special(self, flat0: int, where: np.ndarray, a: np.ndarray, g: np.ndarray,
                     matched: np.ndarray, nan_mismatch: np.ndarray) -> None:
         """Special-value positions of one block (NaN/Inf on either side): ``matched`` where
@@ -186,10 +285,12 @@ class Accumulator:
         for b, c in enumerate(counts):
             h[1 + b] += int(c)
 
-    def _keep_worst(self, flat0, where, a, g, ad, ulps, bad) -> None:
+    def _keep_worst(self, flat0, where, a, g, ad, ulps, bad, bmax=None) -> None:
         if self.top <= 0:
             return
-        key = bad if float(bad.max()) > 0 else ad
+        if bmax is None:
+            bmax = float(bad.max())
+        key = bad if bmax > 0 else ad
         k = min(self.top, key.size)
         idx = np.argpartition(key, key.size - k)[key.size - k:] if k < key.size else np.arange(key.size)
         for i in idx:
@@ -197,6 +298,7 @@ class Accumulator:
         self._trim()
 
     def _trim(self) -> None:
+        self._kth = None
         if len(self._cand) > 4 * self.top:
             self._cand.sort(key=lambda e: (e.badness, e.abs_err), reverse=True)
             del self._cand[self.top:]

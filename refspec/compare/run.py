@@ -78,7 +78,7 @@ def _cases(golden, selectors):
 def compare(golden, actual, *, cases=None, standard: str = "default", rtol: float | None = None,
             atol: float | None = None, saturation: bool = False, mapping=None, top: int = 10,
             ratio_level: str | None = None, heatmaps: bool = False,
-            heatmap_axes: str | None = None, progress=None) -> Report:
+            heatmap_axes: str | None = None, progress=None, fast: bool = True) -> Report:
     """Judge a kernel's outputs against golden cases.
 
     ``golden``: a golden HDF5 path, an open :class:`refspec.goldens.GoldenFile`, or case objects
@@ -88,7 +88,8 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
     ``{output: array}`` for one case). ``cases``: ids or shell patterns. ``standard``: one of
     :data:`STANDARD_NAMES`; ``rtol``/``atol`` override its numbers for this run.
     ``saturation``: accept max-finite where the golden is an infinity (both clipped).
-    Input problems become per-output statuses; :class:`CompareUsageError` and
+    ``fast=False`` judges every block by the reference step instead of the fused one (the
+    same report, slower; for checking and benchmarks). Input problems become per-output statuses; :class:`CompareUsageError` and
     :class:`refspec.goldens.GoldenFileError` are raised for unusable arguments.
     """
     if standard not in STANDARD_NAMES:
@@ -111,7 +112,8 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
     overrides = {k: v for k, v in (("rtol", rtol), ("atol", atol)) if v is not None}
     report = Report(golden=label, actual=getattr(source, "path", str(actual)), standard=standard,
                     overrides=overrides, saturation=saturation)
-    opts = JudgeOptions(standard, rtol, atol, saturation, top, ratio_level, heatmap_axes, heatmaps)
+    opts = JudgeOptions(standard, rtol, atol, saturation, top, ratio_level, heatmap_axes, heatmaps,
+                        fast=fast)
     try:
         for i, case in enumerate(case_iter):
             if getattr(case, "expected_error", None) is not None:
