@@ -17,10 +17,13 @@ Semantics (docs/goldens.md, "Writing, resuming, merging"):
 from __future__ import annotations
 
 import os
+import time
 from datetime import datetime, timezone
 
 import h5py
 import numpy as np
+from h5py import h5a, h5d, h5p, h5s, h5t
+from h5py._hl.filters import fill_dcpl
 
 from ._version import __version__
 from .errors import AclnnError
@@ -37,6 +40,42 @@ SWEEP_ATTRS = ("sweep_name", "sweep_definition", "sweep_seed")
 _RESERVED_CASE_ATTRS = ("case_id", "op", "params", "seed", "soc", "distribution",
                         "expected_error_code", "expected_error_status", "expected_error_message",
                         "regenerate", "written")
+
+
+#: the file is flushed after a case once this many seconds have passed since the last flush
+FLUSH_SECONDS = 1.0
+_ORDER = h5p.CRT_ORDER_TRACKED | h5p.CRT_ORDER_INDEXED
+
+
+def _attr_types(dtype) -> tuple:
+    dtype = np.dtype(dtype)
+    return h5t.py_create(dtype, logical=True), h5t.py_create(dtype), dtype
+
+
+#: scalar attribute types by Python type: the types h5py's ``attrs[k] = v`` gives them
+_ATTR_TYPES = {bool: _attr_types(np.bool_), int: _attr_types(np.int64),
+               float: _attr_types(np.float64), str: _attr_types(h5py.string_dtype("utf-8"))}
+_SCALAR_SPACE = h5s.create(h5s.SCALAR)
+
+
+def set_attrs(obj, attrs: dict) -> None:
+    """Create new attributes on a freshly created object (an h5py object or its low-level id):
+    what ``obj.attrs[k] = v`` stores for bool, int, float and str values (the same HDF5
+    types), through HDF5's own calls (h5py's per-attribute dtype guessing and existence checks
+    cost as much again). Other values go through h5py's ``attrs``."""
+    oid = obj.id if hasattr(obj, "attrs") else obj
+    for k, v in attrs.items():
+        types = _ATTR_TYPES.get(type(v))
+        if types is None or (type(v) is int and not -2 ** 63 <= v < 2 ** 63):
+            h5py.AttributeManager(h5py.Group(oid) if isinstance(oid, h5py.h5g.GroupID)
+                                  else h5py.Dataset(oid))[k] = v
+            continue
+        htype, mtype, dtype = types
+        attr = h5a.create(oid, k.encode("utf-8"), htype, _SCALAR_SPACE)
+        try:
+            attr.write(np.array(v, dtype=dtype), mtype=mtype)
+        finally:
+            attr.close()
 
 
 def _describe(filters: dict) -> str:
@@ -125,6 +164,9 @@ class GoldenWriter:
         self._reopen_complete = False     # resume of a complete file: moved to .part on first write
         self._written: list[str] = []
         self._done: set[str] = set()
+        self._dcpls: dict = {}            # dataset creation property lists by (rank, chunks, dtype)
+        self._dtypes: dict = {}
+        self._flushed = time.monotonic()
         self.cases_written = 0            # cases written by this writer (not counting resumed ones)
         self.bytes_written = 0            # their logical (uncompressed) size in bytes
         self._open(resume=resume, force=force)
@@ -244,21 +286,20 @@ class GoldenWriter:
             del f[path]
         parent = require_case_parent(f, case_id)
         g = create_case_group(parent, case_id.rsplit("/", 1)[-1])
+        attrs = {}
         for k, v in params.items():
             v = to_jsonable(v)
             if isinstance(v, (str, int, float, bool)) and k not in _RESERVED_CASE_ATTRS:
-                g.attrs[k] = v
-        g.attrs["case_id"] = case_id
-        g.attrs["op"] = str(op)
-        g.attrs["params"] = params_json
-        g.attrs["seed"] = int(seed)
-        g.attrs["soc"] = "" if soc is None else str(soc)
-        g.attrs["distribution"] = str(distribution)
-        g.attrs["expected_error_code"] = 0 if expected_error is None else int(expected_error.code)
-        g.attrs["expected_error_status"] = "" if expected_error is None else str(expected_error.status)
-        g.attrs["expected_error_message"] = ("" if expected_error is None
-                                             else str(getattr(expected_error, "message", expected_error)))
-        g.attrs["regenerate"] = str(regenerate)
+                attrs[k] = v
+        attrs.update(
+            case_id=case_id, op=str(op), params=params_json, seed=int(seed),
+            soc="" if soc is None else str(soc), distribution=str(distribution),
+            expected_error_code=0 if expected_error is None else int(expected_error.code),
+            expected_error_status="" if expected_error is None else str(expected_error.status),
+            expected_error_message=("" if expected_error is None
+                                    else str(getattr(expected_error, "message", expected_error))),
+            regenerate=str(regenerate))
+        set_attrs(g, attrs)
 
         nbytes = self._write_group(g, "inputs", inputs)
         if expected_error is None:
@@ -266,9 +307,10 @@ class GoldenWriter:
             nbytes += self._write_group(g, "exact", exact)
             sums = {k: terms[k].sum_abs for k in expected if terms[k].sum_abs is not None}
             nbytes += self._write_group(g, "sum_abs", sums)
-        g.attrs["written"] = True
+        set_attrs(g, {"written": True})
         append_index(f, case_id)
-        f.flush()
+        if time.monotonic() - self._flushed >= FLUSH_SECONDS:
+            self.flush()
         self._written.append(case_id)
         self._done.add(case_id)
         self.cases_written += 1
@@ -310,23 +352,47 @@ class GoldenWriter:
             if sub in ("exact", "sum_abs"):
                 arr = arr.astype(np.float64, copy=False)
             stored, attrs = encode_array(arr)
-            chunks = chunk_shape(stored.shape, stored.dtype.itemsize)
-            filters = self._filters if chunks is not None else {}
-            ds = group.create_dataset(name, data=stored, chunks=chunks, track_order=True, **filters)
-            for k, v in attrs.items():
-                ds.attrs[k] = v
+            ds = self._create_dataset(group, name, stored)
             if terms is not None:
                 t = terms[name]
-                ds.attrs["comparison_class"] = t.comparison_class
-                ds.attrs["reduced_terms"] = -1 if t.reduced_terms is None else int(t.reduced_terms)
-                ds.attrs["axes"] = str(axes[name])
+                attrs["comparison_class"] = str(t.comparison_class)
+                attrs["reduced_terms"] = -1 if t.reduced_terms is None else int(t.reduced_terms)
+                attrs["axes"] = str(axes[name])
+            set_attrs(ds, attrs)
             nbytes += stored.nbytes
         return nbytes
 
+    def _create_dataset(self, group: h5py.Group, name: str, data: np.ndarray) -> h5d.DatasetID:
+        """What ``group.create_dataset(name, data=data, chunks=chunk_shape(...),
+        track_order=True, **filters)`` creates (no filters on contiguous datasets), with the
+        creation property lists made once per chunk shape and dtype."""
+        chunks = chunk_shape(data.shape, data.dtype.itemsize)
+        key = (data.ndim, chunks, data.dtype.str)
+        dcpl = self._dcpls.get(key)
+        if dcpl is None:
+            filters = self._filters if chunks is not None else {}
+            dcpl = fill_dcpl(h5p.create(h5p.DATASET_CREATE), data.shape, data.dtype, chunks,
+                             filters.get("compression"), filters.get("compression_opts"),
+                             filters.get("shuffle"), None, None, None, None)
+            dcpl.set_obj_track_times(False)
+            dcpl.set_attr_creation_order(_ORDER)
+            self._dcpls[key] = dcpl
+        types = self._dtypes.get(data.dtype.str)
+        if types is None:
+            types = self._dtypes[data.dtype.str] = h5t.py_create(data.dtype, logical=1)
+        space = _SCALAR_SPACE if data.ndim == 0 else h5s.create_simple(data.shape)
+        dsid = h5d.create(group.id, name.encode("utf-8"), types, space, dcpl=dcpl)
+        if data.size:
+            dsid.write(h5s.ALL, h5s.ALL, data)
+        return dsid
+
     # --- closing ----------------------------------------------------------------------------
     def flush(self) -> None:
+        """Write everything so far to the disk (done at least every ``FLUSH_SECONDS`` while
+        cases are written, and on closing)."""
         if self._file is not None and self._file.mode != "r":
             self._file.flush()
+        self._flushed = time.monotonic()
 
     def close(self) -> str:
         """Mark the file complete and rename it to its final name; returns that path."""
