@@ -177,3 +177,12 @@ def test_compare_fast_flag_same_report_on_a_spec_case(dtype, bug):
             assert (a.output, a.status, a.reason, a.message) == (b.output, b.status, b.reason,
                                                                 b.message)
             assert repr(a.metrics) == repr(b.metrics)
+
+
+@pytest.mark.parametrize("drop", [[0], [9], [0, 1], [3, 4, 5], [0, 9], [2, 7], list(range(10))])
+def test_drop_few_equals_boolean_selection(drop):
+    from refspec.compare.metrics import _drop
+    x = np.arange(10.0) * 1.5
+    keep = np.ones(10, bool)
+    keep[drop] = False
+    assert _drop(x, keep, len(drop)).tolist() == x[keep].tolist()

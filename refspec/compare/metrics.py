@@ -100,6 +100,17 @@ class Metrics:
         return self.failures / self.n if self.n else 0.0
 
 
+def _drop(x: np.ndarray, keep: np.ndarray, n_drop: int) -> np.ndarray:
+    """``x[keep]`` (the same elements in the same order); when only a few are dropped, joined
+    from the runs between them, which copies faster than a boolean mask selects."""
+    if n_drop > 64:
+        return x[keep]
+    cut = np.flatnonzero(~keep)
+    starts = np.concatenate(([0], cut + 1))
+    stops = np.concatenate((cut, [x.size]))
+    return np.concatenate([x[i:j] for i, j in zip(starts.tolist(), stops.tolist())])
+
+
 class Scratch:
     """Temporaries of one compute step, allocated once and reused for every block."""
 
@@ -214,7 +225,7 @@ class Accumulator:
                 rel = np.divide(ad, ag, out=scratch.rel[:n])
             if ns:
                 big = np.logical_not(small, out=small)
-                rel = rel[big]
+                rel = _drop(rel, big, ns)
             self._sum_rel += float(rel.sum())
             self._n_rel += rel.size
             k = int(np.argmax(rel))
