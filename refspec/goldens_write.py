@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 
 import h5py
 import numpy as np
-from h5py import h5a, h5d, h5p, h5s, h5t
+from h5py import h5a, h5d, h5g, h5p, h5s, h5t
 from h5py._hl.filters import fill_dcpl
 
 from ._version import __version__
@@ -56,6 +56,21 @@ def _attr_types(dtype) -> tuple:
 _ATTR_TYPES = {bool: _attr_types(np.bool_), int: _attr_types(np.int64),
                float: _attr_types(np.float64), str: _attr_types(h5py.string_dtype("utf-8"))}
 _SCALAR_SPACE = h5s.create(h5s.SCALAR)
+
+
+def _subgroup_plists() -> tuple:
+    """(lcpl, gcpl) of ``group.create_group(name, track_order=True)`` for an ASCII name."""
+    lcpl = h5p.create(h5p.LINK_CREATE)
+    lcpl.set_create_intermediate_group(True)
+    lcpl.set_char_encoding(h5t.CSET_ASCII)
+    gcpl = h5p.create(h5p.GROUP_CREATE)
+    gcpl.set_link_creation_order(_ORDER)
+    gcpl.set_attr_creation_order(_ORDER)
+    gcpl.set_obj_track_times(False)
+    return lcpl, gcpl
+
+
+_SUBGROUP_LCPL, _SUBGROUP_GCPL = _subgroup_plists()
 
 
 def set_attrs(obj, attrs: dict) -> None:
@@ -164,6 +179,9 @@ class GoldenWriter:
         self._reopen_complete = False     # resume of a complete file: moved to .part on first write
         self._written: list[str] = []
         self._done: set[str] = set()
+        self._parents: dict = {}          # parent path of case ids -> its h5py Group
+        self._created: set = set()        # those of them this writer created
+        self._unindexed: list[str] = []   # written cases whose ids go to /index at the next flush
         self._dcpls: dict = {}            # dataset creation property lists by (rank, chunks, dtype)
         self._dtypes: dict = {}
         self._flushed = time.monotonic()
@@ -244,6 +262,8 @@ class GoldenWriter:
             self._file.close()
             self._file = None
             os.replace(self.path, self.part_path)
+            self._parents.clear()
+            self._created.clear()
             self._file = h5py.File(self.part_path, "r+")
             self._file.attrs["complete"] = False
             self._file.flush()
@@ -281,11 +301,14 @@ class GoldenWriter:
 
         self._make_writable()
         f = self._file
-        path = case_path(case_id)
-        if path in f:                   # left by an interrupted run: rewrite from scratch
-            del f[path]
-        parent = require_case_parent(f, case_id)
-        g = create_case_group(parent, case_id.rsplit("/", 1)[-1])
+        parent_path, _, leaf = case_id.rpartition("/")
+        if parent_path not in self._created:
+            path = case_path(case_id)
+            if path in f:               # left by an interrupted run: rewrite from scratch
+                del f[path]
+                self._parents.clear()
+                self._created.clear()
+        g = create_case_group(self._parent(f, parent_path, case_id), leaf)
         attrs = {}
         for k, v in params.items():
             v = to_jsonable(v)
@@ -308,13 +331,41 @@ class GoldenWriter:
             sums = {k: terms[k].sum_abs for k in expected if terms[k].sum_abs is not None}
             nbytes += self._write_group(g, "sum_abs", sums)
         set_attrs(g, {"written": True})
-        append_index(f, case_id)
+        self._unindexed.append(case_id)
         if time.monotonic() - self._flushed >= FLUSH_SECONDS:
             self.flush()
         self._written.append(case_id)
         self._done.add(case_id)
         self.cases_written += 1
         self.bytes_written += nbytes
+
+    def _parent(self, f: h5py.File, path: str, case_id: str) -> h5py.Group:
+        """The group at ``/cases/<path>``, created (ordered) if absent, as
+        :func:`require_case_parent` does, remembering every group on the way."""
+        group = self._parents.get(path)
+        if group is not None:
+            return group
+        if not path:
+            group = f[CASES_GROUP]
+        else:
+            up_path, _, name = path.rpartition("/")
+            up = self._parent(f, up_path, case_id)
+            if path in self._done:
+                raise ValueError(f"case id {case_id!r} would nest inside case {path!r}")
+            if up_path not in self._created and name in up:
+                group = up[name]
+                if "case_id" in group.attrs:
+                    raise ValueError(f"case id {case_id!r} would nest inside case "
+                                     f"{attr_value(group.attrs['case_id'])!r}")
+            elif name.isascii():
+                group = h5py.Group(h5g.create(up.id, name.encode("ascii"), lcpl=_SUBGROUP_LCPL,
+                                              gcpl=_SUBGROUP_GCPL))
+                self._created.add(path)
+            else:
+                group = up.create_group(name, track_order=True)
+                self._created.add(path)
+        self._parents[path] = group
+        return group
 
     @staticmethod
     def _check_outputs(case_id, expected, exact, terms, axes, expected_error) -> None:
@@ -345,7 +396,8 @@ class GoldenWriter:
     def _write_group(self, case_group, sub: str, arrays: dict, terms=None, axes=None) -> int:
         if not arrays:
             return 0
-        group = case_group.create_group(sub, track_order=True)
+        group = h5g.create(case_group.id, sub.encode("ascii"), lcpl=_SUBGROUP_LCPL,
+                           gcpl=_SUBGROUP_GCPL)
         nbytes = 0
         for name, value in arrays.items():
             arr = np.asarray(value)
@@ -362,7 +414,7 @@ class GoldenWriter:
             nbytes += stored.nbytes
         return nbytes
 
-    def _create_dataset(self, group: h5py.Group, name: str, data: np.ndarray) -> h5d.DatasetID:
+    def _create_dataset(self, group: h5g.GroupID, name: str, data: np.ndarray) -> h5d.DatasetID:
         """What ``group.create_dataset(name, data=data, chunks=chunk_shape(...),
         track_order=True, **filters)`` creates (no filters on contiguous datasets), with the
         creation property lists made once per chunk shape and dtype."""
@@ -381,7 +433,7 @@ class GoldenWriter:
         if types is None:
             types = self._dtypes[data.dtype.str] = h5t.py_create(data.dtype, logical=1)
         space = _SCALAR_SPACE if data.ndim == 0 else h5s.create_simple(data.shape)
-        dsid = h5d.create(group.id, name.encode("utf-8"), types, space, dcpl=dcpl)
+        dsid = h5d.create(group, name.encode("utf-8"), types, space, dcpl=dcpl)
         if data.size:
             dsid.write(h5s.ALL, h5s.ALL, data)
         return dsid
@@ -391,8 +443,18 @@ class GoldenWriter:
         """Write everything so far to the disk (done at least every ``FLUSH_SECONDS`` while
         cases are written, and on closing)."""
         if self._file is not None and self._file.mode != "r":
+            self._index_written(self._file)
             self._file.flush()
         self._flushed = time.monotonic()
+
+    def _index_written(self, f: h5py.File) -> None:
+        """Append the ids of the cases written since the last flush to ``/index``."""
+        if self._unindexed:
+            index = f[INDEX_DATASET]
+            n = index.shape[0]
+            index.resize((n + len(self._unindexed),))
+            index[n:] = self._unindexed
+            self._unindexed = []
 
     def close(self) -> str:
         """Mark the file complete and rename it to its final name; returns that path."""
@@ -402,6 +464,7 @@ class GoldenWriter:
             self._file.close()
             self._file = None
             return self.path
+        self._index_written(self._file)
         f, self._file = self._file, None
         try:
             f.attrs["complete"] = True
@@ -418,6 +481,7 @@ class GoldenWriter:
         f, self._file = self._file, None
         try:
             if f.mode != "r":
+                self._index_written(f)
                 f.flush()
         finally:
             f.close()
