@@ -71,7 +71,6 @@ def write_pair(d: str, n_log2: float) -> tuple[str, str, int]:
             "y", shape, np.float64, chunks=chunk_shape(shape, 8), **filters)
         ex.attrs["dtype"] = "float64"
         rng = np.random.default_rng(1)
-        rows = max(1, (1 << 22) // (N * S * D)) if N * S * D <= (1 << 22) else 1
         with open(os.path.join(out_dir, "y.bin"), "wb") as fh:
             for b in range(B):
                 for n0 in range(0, N, max(1, (1 << 22) // (S * D))):

@@ -12,7 +12,6 @@ import json
 import os
 from datetime import datetime, timezone
 
-import h5py
 
 from .goldens_format import (CASES_GROUP, GoldenFileError, GoldenFileExistsError, atomic_replace,
                              case_path, part_path)

@@ -33,7 +33,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from .dtypes import dtype_name, resolve_dtype
-from .enums import NormType, RopeMode, RopeType
+from .enums import RopeMode, RopeType
 from .errors import AclnnError
 from .inputs import DISTRIBUTIONS
 from .layouts import LAYOUTS

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
-import numpy as np
 import pytest
 
 import refspec.goldens as goldens
@@ -37,7 +36,6 @@ def setup(tmp_path_factory):
             for n in case.output_names:
                 a = case.expected[n][()]
                 bits = a.view(f"u{a.itemsize}")
-                stem = {"grad_value": "gradValue", "grad_query": "gradQuery"}.get(n, n)
                 from refspec.names import output_file
                 bits.tofile(good.joinpath(*case.case_id.split("/"), output_file(n, case.op)))
                 if n == "dx":

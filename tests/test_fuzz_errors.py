@@ -11,7 +11,6 @@ A successful call must return arrays of the documented shapes and dtypes.
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

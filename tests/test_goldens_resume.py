@@ -162,7 +162,7 @@ def test_resume_of_another_sweep_is_refused(tmp_path):
 def test_force_replaces_only_when_complete(tmp_path):
     path = write_all(tmp_path / "g.h5")
     with pytest.raises(RuntimeError):
-        with goldens.GoldenWriter(path, **SWEEP, force=True) as w:
+        with goldens.GoldenWriter(path, **SWEEP, force=True):
             raise RuntimeError("interrupted")
     with goldens.open(path) as gf:           # the old complete file is untouched
         assert gf.complete and len(gf) == len(CASES)

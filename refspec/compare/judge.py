@@ -18,12 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..dtypes import dtype_name, round_to
-from ..terms import REDUCTION, ROW_REDUCTION
-from .actuals import ActualArray, Problem
+from .actuals import Problem
 from .blocks import COMPUTE_ELEMENTS, READ_ELEMENTS, plan_blocks
 from .floatinfo import U_ACC, bits_of, float_info, ulp_at
 from .metrics import Accumulator, Metrics, Scratch
-from .naming import format_value
 from .report import OutputResult
 from .standards import (C_REDUCTION, ELEMENT_ROUNDINGS, RATIO_LEVELS, RATIO_SMALL_COUNT,
                         ROUNDING_SLACK_U32, SMALL_VALUES, TERM_ROUNDINGS, UNDERFLOW, Rule)

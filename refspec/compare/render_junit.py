@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from .render_text import row_cells
 from .writefile import write_text_atomic
 
 __all__ = ["render_junit", "write_junit"]

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from .metrics import Element, Metrics, ulp_bin_labels
-from .naming import element_message, format_value, index_of, index_text
+from .naming import element_message, index_of, index_text
 
 __all__ = ["OutputResult", "Report", "PROBLEM_STATUSES", "STATUSES"]
 
@@ -148,7 +148,6 @@ class Report:
     def ordered(self) -> list[OutputResult]:
         """Failures first (input problems, then judged failures), then passes; golden order kept
         within each group."""
-        rank = {True: 0, False: 1}
         return sorted(self.results, key=lambda r: (0 if r.is_problem else (1 if not r.passed else 2)))
 
     def summary_line(self) -> str:
