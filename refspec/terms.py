@@ -16,9 +16,10 @@ import numpy as np
 from .dtypes import to_float64
 from .enums import NormType, RopeMode, RopeType
 from .nrc_checks import STREAMS
-from .norm_rope_concat import backward_args, backward_exact
+from .norm_rope_concat import (ROPE_TYPE_TO_MODE, backward_args, backward_exact, bnsd_to_bsnd,
+                               split_seq)
 from .reduce import broadcast_dims, sum_to_shape
-from .rope import ROPE_FORWARD
+from .rope import ROPE_BACKWARD, ROPE_FORWARD
 from .rope_checks import check_rope_args
 
 __all__ = ["COPY", "ELEMENTWISE", "ROW_REDUCTION", "REDUCTION", "CLASSES", "OutputTerms",
@@ -106,29 +107,46 @@ def norm_rope_concat_backward_terms(tensors: dict, attrs: dict, soc=None) -> dic
         if norm == NormType.NONE:
             out[f"grad_{stream}"] = OutputTerms(ELEMENTWISE if a["rope_type"] else COPY)
             continue
-        xhat = (x - t[mean]) * t[rstd]
+        abs_xhat = np.abs((x - t[mean]) * t[rstd])                 # |xhat|
         gw = g * np.abs(t[weight]) if norm == NormType.AFFINE_LAYER_NORM else g
         s_dx = np.abs(t[rstd]) * (gw + gw.mean(axis=-1, keepdims=True)
-                                  + np.abs(xhat) * (gw * np.abs(xhat)).mean(axis=-1, keepdims=True))
+                                  + abs_xhat * (gw * abs_xhat).mean(axis=-1, keepdims=True))
         out[f"grad_{stream}"] = OutputTerms(ROW_REDUCTION, D, s_dx)
         if norm == NormType.AFFINE_LAYER_NORM:
             rows = prod(x.shape[:3])
             out[f"grad_{bias}"] = OutputTerms(REDUCTION, rows, g.sum(axis=(0, 1, 2)))
-            out[f"grad_{weight}"] = OutputTerms(REDUCTION, rows, (g * np.abs(xhat)).sum(axis=(0, 1, 2)))
+            out[f"grad_{weight}"] = OutputTerms(REDUCTION, rows, (g * abs_xhat).sum(axis=(0, 1, 2)))
     return out
 
 
 def _upstream_abs(t: dict, a: dict) -> dict:
     """For each stream, A = per element the sum of |products| that the RoPE backward adds up into
-    g' (|g| where no RoPE applies), by running the spec's backward dataflow with the sin part
-    and the cos part of the rope tables alone (each element is then a single product), minus the
-    positions p >= Sr that both runs pass through unchanged. LayerNorm is switched off (type 0)
-    since only g' is needed."""
-    plain = dict(a, norm_type=NormType.NONE, norm_added_type=NormType.NONE)
+    g' (|g| where no RoPE applies): the RoPE backward formula block of the dataflow's step 2
+    applied at positions p < Sr with the sin part and the cos part of the rope tables alone
+    (each element is then a single product), minus what it gives with both parts zero; positions
+    p >= Sr, which step 2 passes through unchanged, give |g| + |g| - |g|. The parts are then
+    split and transposed as step 1 does (each stream's array laid out as NumPy lays out
+    ``np.abs`` of that BSND view, so later sums over it add in the same order)."""
     if a["rope_type"] == RopeType.NONE:
+        plain = dict(a, norm_type=NormType.NONE, norm_added_type=NormType.NONE)
         return {k: np.abs(v) for k, v in backward_exact(t, plain)[1].items()}
-    zeros = np.zeros_like(t["rope_cos"])
-    cos_part = backward_exact(dict(t, rope_sin=zeros), plain)[1]
-    sin_part = backward_exact(dict(t, rope_cos=zeros), plain)[1]
-    passed = backward_exact(dict(t, rope_cos=zeros, rope_sin=zeros), plain)[1]
-    return {k: np.abs(cos_part[k]) + np.abs(sin_part[k]) - np.abs(passed[k]) for k in cos_part}
+    rotate_grad = ROPE_BACKWARD[ROPE_TYPE_TO_MODE[RopeType(a["rope_type"])]]
+    cos, sin = t["rope_cos"][None, None], t["rope_sin"][None, None]
+    zeros = np.zeros_like(t["rope_cos"])[None, None]
+    Sr = t["rope_cos"].shape[0]
+    seq = {s: (0 if t[s] is None else t[s].shape[1]) for s in STREAMS}
+    out = {}
+    for out_name, stream, encoder in (("grad_query_output", "query", "encoder_query"),
+                                      ("grad_key_output", "key", "encoder_key")):
+        g = t[out_name]
+        head = g[:, :, :Sr]
+        A = np.empty(g.shape)
+        A[:, :, :Sr] = np.abs(rotate_grad(head, cos, zeros)[0]) + np.abs(rotate_grad(head, zeros, sin)[0])
+        if not np.isfinite(head).all():    # else both parts zero give +-0: subtracting |+-0| is exact
+            A[:, :, :Sr] -= np.abs(rotate_grad(head, zeros, zeros)[0])
+        tail = np.abs(g[:, :, Sr:])
+        A[:, :, Sr:] = tail + tail - tail
+        for name, part in zip((stream, encoder), split_seq(A, seq[stream], seq[encoder],
+                                                           a["concat_order"])):
+            out[name] = bnsd_to_bsnd(part).copy(order="K")
+    return out
