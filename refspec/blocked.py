@@ -155,8 +155,9 @@ def rope_grad_blocked(dy, cos, sin, x=None, mode=0, *, soc=None, with_terms=True
     def work(index):
         cidx = _reduced_index(index, dims)
         d_b = to_float64(d[index])
-        c_b = np.broadcast_to(c64[cidx], d_b.shape)
-        s_b = np.broadcast_to(s64[cidx], d_b.shape)
+        c_b, s_b = c64[cidx], s64[cidx]
+        if c_b.shape != d_b.shape:       # the block's unreduced terms need the full shape
+            c_b, s_b = np.broadcast_to(c_b, d_b.shape), np.broadcast_to(s_b, d_b.shape)
         x_b = None if xo is None else to_float64(xo[index])
         dx_b, dc_b, ds_b = formula(d_b, c_b, s_b, x_b)
         dx[index] = dx_b                                 # disjoint blocks: no race
