@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .atomic import atomic_open, write_text_atomic
 from .dtypes import bfloat16, dtype_name
 from .goldens_format import GoldenFileError, UnknownCaseError, check_case_id
 from .goldens_read import GoldenCase, GoldenFile, LazyArray
@@ -98,43 +99,24 @@ def _npy_header(dtype: np.dtype, shape) -> bytes:
 def write_array_file(path: str, arr: LazyArray, fmt: str) -> tuple[int, str]:
     """Stream one array to ``path`` (temporary name, then rename); returns (bytes, sha256)."""
     dt = _stored_dtype(arr)
-    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
     digest = hashlib.sha256()
     size = 0
-    try:
-        with open(tmp, "wb") as fh:
-            if fmt == "npy":
-                header = _npy_header(dt, arr.shape)
-                fh.write(header)
-                digest.update(header)
-                size += len(header)
-            for _, block in arr.blocks(BLOCK_BYTES):
-                raw = np.ascontiguousarray(block)
-                if raw.dtype == bfloat16:
-                    raw = raw.view(np.uint16)
-                raw = raw.astype(dt, copy=False)
-                data = memoryview(raw).cast("B")
-                fh.write(data)
-                digest.update(data)
-                size += raw.nbytes
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    with atomic_open(path, "wb") as fh:
+        if fmt == "npy":
+            header = _npy_header(dt, arr.shape)
+            fh.write(header)
+            digest.update(header)
+            size += len(header)
+        for _, block in arr.blocks(BLOCK_BYTES):
+            raw = np.ascontiguousarray(block)
+            if raw.dtype == bfloat16:
+                raw = raw.view(np.uint16)
+            raw = raw.astype(dt, copy=False)
+            data = memoryview(raw).cast("B")
+            fh.write(data)
+            digest.update(data)
+            size += raw.nbytes
     return size, digest.hexdigest()
-
-
-def _write_text(path: str, text: str) -> None:
-    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
 
 
 def case_description(case: GoldenCase, gf: GoldenFile, fmt: str, written: dict) -> dict:
@@ -203,6 +185,6 @@ def export(path, out_dir, case_ids=None, fmt: str = "bin", force: bool = False) 
             for f in plan_files(case, fmt):
                 written[f.file_name] = write_array_file(os.path.join(d, f.file_name), f.array, fmt)
             desc = case_description(case, gf, fmt, written)
-            _write_text(os.path.join(d, "case.json"), json.dumps(desc, indent=2) + "\n")
+            write_text_atomic(os.path.join(d, "case.json"), json.dumps(desc, indent=2) + "\n")
             dirs.append(d)
     return dirs

@@ -22,6 +22,7 @@ import tempfile
 
 import numpy as np
 
+from .atomic import write_text_atomic
 from . import goldens
 from .dtypes import dtype_name
 
@@ -181,10 +182,7 @@ def main(argv=None) -> int:
     if path == "-":
         sys.stdout.write(text)
         return 0
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    write_text_atomic(path, text)
     print(f"wrote {path}: {len(manifest['cases'])} cases")
     return 0
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from .metrics import ulp_bin_labels
 from .render_text import row_cells
-from .writefile import write_text_atomic
+from ..atomic import write_text_atomic
 
 __all__ = ["render_html", "write_html", "MAX_PICTURES"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from .writefile import write_text_atomic
+from ..atomic import write_text_atomic
 
 __all__ = ["render_json", "write_json"]
 

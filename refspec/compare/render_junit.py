@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from .writefile import write_text_atomic
+from ..atomic import write_text_atomic
 
 __all__ = ["render_junit", "write_junit"]
 

@@ -1,0 +1,32 @@
+"""Files appear complete or not at all: written under a temporary name in the target's
+directory, renamed over the target only when everything was written."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+__all__ = ["atomic_open", "write_text_atomic"]
+
+
+@contextlib.contextmanager
+def atomic_open(path, mode: str = "w", **kwargs):
+    """``open`` a temporary sibling of ``path``; on success rename it to ``path``, on any
+    exception remove it (an existing ``path`` is then left untouched)."""
+    path = os.fspath(path)
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)),
+                       f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, mode, **kwargs) as fh:
+            yield fh
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def write_text_atomic(path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    with atomic_open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
