@@ -181,6 +181,7 @@ class GoldenWriter:
         self._done: set[str] = set()
         self._parents: dict = {}          # parent path of case ids -> its h5py Group
         self._created: set = set()        # those of them this writer created
+        self._partial: set = set()        # cases whose writing by this writer failed half-way
         self._unindexed: list[str] = []   # written cases whose ids go to /index at the next flush
         self._dcpls: dict = {}            # dataset creation property lists by (rank, chunks, dtype)
         self._dtypes: dict = {}
@@ -302,13 +303,13 @@ class GoldenWriter:
         self._make_writable()
         f = self._file
         parent_path, _, leaf = case_id.rpartition("/")
-        if parent_path not in self._created:
-            path = case_path(case_id)
-            if path in f:               # left by an interrupted run: rewrite from scratch
-                del f[path]
-                self._parents.clear()
-                self._created.clear()
-        g = create_case_group(self._parent(f, parent_path, case_id), leaf)
+        parent = self._parent(f, parent_path, case_id)
+        if (parent_path not in self._created or case_id in self._partial) and leaf in parent:
+            del parent[leaf]            # left by an interrupted run: rewrite from scratch
+            self._parents = {k: v for k, v in self._parents.items()
+                             if not (k + "/").startswith(case_id + "/")}
+        self._partial.add(case_id)      # until it is complete (a failed attempt is redone)
+        g = create_case_group(parent, leaf)
         attrs = {}
         for k, v in params.items():
             v = to_jsonable(v)
@@ -331,6 +332,7 @@ class GoldenWriter:
             sums = {k: terms[k].sum_abs for k in expected if terms[k].sum_abs is not None}
             nbytes += self._write_group(g, "sum_abs", sums)
         set_attrs(g, {"written": True})
+        self._partial.discard(case_id)
         self._unindexed.append(case_id)
         if time.monotonic() - self._flushed >= FLUSH_SECONDS:
             self.flush()
@@ -431,11 +433,12 @@ class GoldenWriter:
             self._dcpls[key] = dcpl
         types = self._dtypes.get(data.dtype.str)
         if types is None:
-            types = self._dtypes[data.dtype.str] = h5t.py_create(data.dtype, logical=1)
+            types = self._dtypes[data.dtype.str] = (h5t.py_create(data.dtype, logical=1),
+                                                    h5t.py_create(data.dtype))
         space = _SCALAR_SPACE if data.ndim == 0 else h5s.create_simple(data.shape)
-        dsid = h5d.create(group, name.encode("utf-8"), types, space, dcpl=dcpl)
+        dsid = h5d.create(group, name.encode("utf-8"), types[0], space, dcpl=dcpl)
         if data.size:
-            dsid.write(h5s.ALL, h5s.ALL, data)
+            dsid.write(h5s.ALL, h5s.ALL, data, mtype=types[1])
         return dsid
 
     # --- closing ----------------------------------------------------------------------------
