@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import refspec
+from refspec.nrc_checks import STREAMS
 
 #: logical sizes used to lay problems out (all distinct, so a swapped axis cannot hide)
 B, N, S = 2, 3, 5
@@ -81,15 +82,9 @@ def assert_aclnn(excinfo, cls, code: int, argument: str) -> None:
 #: every (norm_type, norm_added_type, rope_type, concat_order): 3*3*3*2 = 54
 NRC_ATTRS = tuple(itertools.product((0, 1, 2), (0, 1, 2), (0, 1, 2), (0, 1)))
 
-#: stream -> (norm-type attribute, weight, bias, mean, rstd) as named in the API
-NRC_STREAMS = {
-    "query": ("norm_type", "norm_query_weight", "norm_query_bias", "norm_query_mean", "norm_query_rstd"),
-    "key": ("norm_type", "norm_key_weight", "norm_key_bias", "norm_key_mean", "norm_key_rstd"),
-    "encoder_query": ("norm_added_type", "norm_added_query_weight", "norm_added_query_bias",
-                      "norm_added_query_mean", "norm_added_query_rstd"),
-    "encoder_key": ("norm_added_type", "norm_added_key_weight", "norm_added_key_bias",
-                    "norm_added_key_mean", "norm_added_key_rstd"),
-}
+#: stream -> (norm-type attribute, weight, bias, mean, rstd) as named in the API (a naming
+#: table: a wrong name would be an unknown keyword of the public functions)
+NRC_STREAMS = STREAMS
 
 
 def attrs_dict(norm_type, norm_added_type, rope_type, concat_order) -> dict:

@@ -160,19 +160,9 @@ class Accumulator:
         i = int(np.argmax(ad))
         if m.max_abs is None or ad[i] > m.max_abs.abs_err:
             m.max_abs = self._element(flat0, where, i, a, g, ad, ulps, bad)
-        d = a - g
-        self._sum_d2 += float(np.einsum("i,i->", d, d))
-        self._sum_ag += float(np.einsum("i,i->", a, g))
-        self._sum_a2 += float(np.einsum("i,i->", a, a))
-        self._sum_g2 += float(np.einsum("i,i->", g, g))
+        self._add_sums(a, g, a - g)
         small = ag < self.sv
-        ns = int(np.count_nonzero(small))
-        if ns:
-            m.n_small += ns
-            ads = ad[small]
-            m.small_errors += int(np.count_nonzero(ads > self.e_small))
-            mx = float(ads.max())
-            m.max_abs_small = mx if m.max_abs_small is None else max(m.max_abs_small, mx)
+        ns = self._add_small(ad, small)
         if ns < n:
             big = ~small if ns else slice(None)
             rel = ad[big] / ag[big]
@@ -208,18 +198,9 @@ class Accumulator:
             m.max_badness = bmax
         if m.max_abs is None or ad[i_max] > m.max_abs.abs_err:
             m.max_abs = self._element(flat0, None, i_max, a, g, ad, ulps, bad)
-        self._sum_d2 += float(np.einsum("i,i->", d, d))
-        self._sum_ag += float(np.einsum("i,i->", a, g))
-        self._sum_a2 += float(np.einsum("i,i->", a, a))
-        self._sum_g2 += float(np.einsum("i,i->", g, g))
+        self._add_sums(a, g, d)
         small = np.less(ag, self.sv, out=scratch.mask[:n])
-        ns = int(np.count_nonzero(small))
-        if ns:
-            m.n_small += ns
-            ads = ad[small]
-            m.small_errors += int(np.count_nonzero(ads > self.e_small))
-            mx = float(ads.max())
-            m.max_abs_small = mx if m.max_abs_small is None else max(m.max_abs_small, mx)
+        ns = self._add_small(ad, small)
         if ns < n:
             with np.errstate(divide="ignore", invalid="ignore"):
                 rel = np.divide(ad, ag, out=scratch.rel[:n])
@@ -275,6 +256,25 @@ class Accumulator:
         self.m.n += n
 
     # -- helpers -----------------------------------------------------------------------------
+    def _add_sums(self, a, g, d) -> None:
+        """Exact float64 sums behind RMSE and cosine similarity."""
+        self._sum_d2 += float(np.einsum("i,i->", d, d))
+        self._sum_ag += float(np.einsum("i,i->", a, g))
+        self._sum_a2 += float(np.einsum("i,i->", a, a))
+        self._sum_g2 += float(np.einsum("i,i->", g, g))
+
+    def _add_small(self, ad, small) -> int:
+        """Small-value counts (|g| < SV) and their errors; returns how many are small."""
+        m = self.m
+        ns = int(np.count_nonzero(small))
+        if ns:
+            m.n_small += ns
+            ads = ad[small]
+            m.small_errors += int(np.count_nonzero(ads > self.e_small))
+            mx = float(ads.max())
+            m.max_abs_small = mx if m.max_abs_small is None else max(m.max_abs_small, mx)
+        return ns
+
     @staticmethod
     def _element(flat0, where, i, a, g, ad, ulps, bad) -> Element:
         flat = flat0 + (int(where[i]) if where is not None else int(i))
