@@ -219,13 +219,19 @@ def check_array(arr: np.ndarray, golden_dtype, golden_shape, source: str):
         return Problem("unreadable", f"{source}: not an array ({_one_line(exc)})", source)
     if arr.dtype.hasobject:
         return Problem("unreadable", f"{source}: holds Python objects", source)
-    why = decode_dtype(arr.dtype, np.dtype(golden_dtype))
+    return (_mismatch(source, arr.dtype, arr.shape, np.dtype(golden_dtype), golden_shape)
+            or ArrayActual(source, arr, golden_dtype))
+
+
+def _mismatch(source, dtype, shape, golden_dtype, golden_shape):
+    """A dtype_mismatch or shape_mismatch Problem, or None when the array fits the golden."""
+    why = decode_dtype(dtype, golden_dtype)
     if why:
         return Problem("dtype_mismatch", f"{source}: {why}", source)
-    if tuple(arr.shape) != tuple(golden_shape):
-        return Problem("shape_mismatch", f"{source}: shape {tuple(arr.shape)} but the golden output "
+    if tuple(shape) != tuple(golden_shape):
+        return Problem("shape_mismatch", f"{source}: shape {tuple(shape)} but the golden output "
                                          f"has shape {tuple(golden_shape)}", source)
-    return ArrayActual(source, arr, golden_dtype)
+    return None
 
 
 class ActualSource:
@@ -378,13 +384,8 @@ class H5Source(ActualSource):
                 if (attrs.get("encoding") in (BF16_ENCODING, BF16_ENCODING.encode())
                         or (declared == "bfloat16" and stored.itemsize == 2)):
                     stored = bfloat16
-                why = decode_dtype(stored, dtype)
-                if why:
-                    return Problem("dtype_mismatch", f"{src}: {why}", src)
-                if tuple(obj.shape) != tuple(shape):
-                    return Problem("shape_mismatch", f"{src}: shape {tuple(obj.shape)} but the "
-                                   f"golden output has shape {tuple(shape)}", src)
-                return H5Actual(src, obj, dtype)
+                return (_mismatch(src, stored, obj.shape, dtype, shape)
+                        or H5Actual(src, obj, dtype))
         return Problem("missing", f"no dataset {paths[0]} in {self.path}")
 
     def close(self):

@@ -166,13 +166,7 @@ class Accumulator:
         if ns < n:
             big = ~small if ns else slice(None)
             rel = ad[big] / ag[big]
-            self._sum_rel += float(rel.sum())
-            self._n_rel += rel.size
-            k = int(np.argmax(rel))
-            if m.max_rel is None or rel[k] > m.max_rel:
-                m.max_rel = float(rel[k])
-                pos = np.flatnonzero(big)[k] if ns else k
-                m.max_rel_at = self._element(flat0, where, pos, a, g, ad, ulps, bad)
+            self._add_rel(rel, big, ns, flat0, where, a, g, ad, ulps, bad)
         self._hist(ulps)
         self._keep_worst(flat0, where, a, g, ad, ulps, bad)
         if self._heat is not None:
@@ -204,16 +198,11 @@ class Accumulator:
         if ns < n:
             with np.errstate(divide="ignore", invalid="ignore"):
                 rel = np.divide(ad, ag, out=scratch.rel[:n])
+            big = None
             if ns:
                 big = np.logical_not(small, out=small)
                 rel = _drop(rel, big, ns)
-            self._sum_rel += float(rel.sum())
-            self._n_rel += rel.size
-            k = int(np.argmax(rel))
-            if m.max_rel is None or rel[k] > m.max_rel:
-                m.max_rel = float(rel[k])
-                pos = np.flatnonzero(big)[k] if ns else k
-                m.max_rel_at = self._element(flat0, None, pos, a, g, ad, ulps, bad)
+            self._add_rel(rel, big, ns, flat0, None, a, g, ad, ulps, bad)
         h = self.m.ulp_hist
         for b, c in enumerate(ulp_bin_counts(ulps, scratch.ints[:n]).tolist()):
             h[b] += c
@@ -262,6 +251,18 @@ class Accumulator:
         self._sum_ag += float(np.einsum("i,i->", a, g))
         self._sum_a2 += float(np.einsum("i,i->", a, a))
         self._sum_g2 += float(np.einsum("i,i->", g, g))
+
+    def _add_rel(self, rel, big, ns, flat0, where, a, g, ad, ulps, bad) -> None:
+        """Relative errors of the non-small elements (``big`` their mask when ``ns`` > 0):
+        their sum for the mean and the largest with its element."""
+        m = self.m
+        self._sum_rel += float(rel.sum())
+        self._n_rel += rel.size
+        k = int(np.argmax(rel))
+        if m.max_rel is None or rel[k] > m.max_rel:
+            m.max_rel = float(rel[k])
+            pos = np.flatnonzero(big)[k] if ns else k
+            m.max_rel_at = self._element(flat0, where, pos, a, g, ad, ulps, bad)
 
     def _add_small(self, ad, small) -> int:
         """Small-value counts (|g| < SV) and their errors; returns how many are small."""
