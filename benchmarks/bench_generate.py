@@ -15,8 +15,9 @@
     layer_norm, concat, transpose, RoPE; backward with the same upstream gradients).
 (c) Peak memory of generating each of those cases (inputs, outputs, terms and writing the HDF5
     file) in a fresh process, against the float64 size of its inputs plus outputs: the peak of
-    NumPy's allocations (tracemalloc) and, in a second process, the growth of the resident set
-    (the process's peak RSS, VmHWM, minus its RSS before the case).
+    NumPy's allocations (tracemalloc, with the case computed in that one process) and, in a
+    second process, the growth of the resident set (the process's peak RSS, VmHWM, minus its
+    RSS before the case) plus what each forked part of the blocked evaluation added to its own.
 (d) `refspec generate --sweep standard` with --jobs 1 and --jobs 2 (wall time, fresh processes).
 
 Targets (issue 3): (a) >= 3x faster than torch and <= 6x np.copyto; (b) >= 3x faster than
@@ -181,6 +182,22 @@ def rss():
     return status("VmRSS")
 rss0 = rss()
 trace = sys.argv[2] == "trace"
+# a forked part of the blocked evaluation (refspec.forked) is a process of its own: record what
+# each child adds over the pages it shares with this process at fork time (an upper bound:
+# inputs it only reads are not counted, pages it writes are)
+import refspec.forked as forked
+grown = tempfile.NamedTemporaryFile("r", suffix=".children", delete=False).name
+plain_child = forked._child
+def _child(fn, part, status_w, release_r):
+    start = rss()
+    def measured(p):
+        fn(p)
+        with open(grown, "a") as fh:
+            fh.write(f"{status('VmHWM') - start}\n")
+    plain_child(measured, part, status_w, release_r)
+forked._child = _child
+if trace:
+    forked.single_process()            # tracemalloc sees this process only
 if trace:
     tracemalloc.start()
 data = build_case(case)
@@ -193,7 +210,11 @@ if trace:
     print(json.dumps({"tracemalloc peak MB": tracemalloc.get_traced_memory()[1] / 1e6,
                       "f64 inputs+outputs MB": f64 / 1e6}))
 else:
-    print(json.dumps({"peak RSS - RSS before MB": (status("VmHWM") - rss0) / 1e6}))
+    with open(grown) as fh:
+        children = sum(int(v) for v in fh.read().split())
+    print(json.dumps({"peak RSS - RSS before MB": (status("VmHWM") - rss0 + children) / 1e6,
+                      "of which forked children MB": children / 1e6}))
+os.unlink(grown)
 """
 
 

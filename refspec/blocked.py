@@ -15,6 +15,11 @@ Why it is bit-identical:
   changes nothing);
 - tolerance terms (sum of |terms|) are obtained the same way from :mod:`refspec.terms`.
 
+Parts of a case whose outputs are disjoint (a cut along an axis that no reduction crosses,
+or a cut of elementwise work) are computed side by side in forked processes
+(:mod:`refspec.forked`); where no such cut exists, or forking is unavailable, blocks are
+spread over threads instead.
+
 Validation is the spec's (check_rope_args with the case's profile) before any block runs.
 """
 
@@ -29,6 +34,7 @@ from math import prod
 
 import numpy as np
 
+from . import forked
 from .dtypes import to_float64
 from .enums import NormType, RopeMode, RopeType
 from .norm_rope_concat import (ROPE_TYPE_TO_MODE, bnsd_to_bsnd, layer_norm_backward,
@@ -44,7 +50,9 @@ __all__ = ["BLOCK_ELEMENTS", "MIN_ELEMENTS", "evaluate", "rope_grad_blocked", "r
            "nrc_grad_blocked", "blocks"]
 
 #: elements per block (the block's float64 temporaries stay in the caches)
-BLOCK_ELEMENTS = 1 << 15
+BLOCK_ELEMENTS = 1 << 14
+#: elements per block of NormRopeConcatBackward (its blocks also carry row statistics)
+NRC_BLOCK_ELEMENTS = 1 << 15
 #: threads that compute blocks (the engine sets 1 inside --jobs worker processes)
 THREADS = min(2, os.cpu_count() or 1)
 #: cases whose largest input has fewer elements are evaluated unblocked
@@ -69,10 +77,45 @@ def blocks(shape: tuple, target: int = BLOCK_ELEMENTS):
                    + tuple(slice(None) for _ in shape[a + 1:]))
 
 
+def reducing_blocks(shape: tuple, dims: tuple, target: int = BLOCK_ELEMENTS):
+    """Index tuples of blocks that hold every reduced axis (``dims``) whole, so that a formula
+    block given the un-broadcast cos/sin performs each ``sum(t, dims)`` of the spec itself, on
+    exactly the terms the unblocked call adds for those output elements and in the same
+    order; the other axes are cut as by :func:`blocks`. None when a block with the reduced
+    axes whole would exceed ``target`` (or nothing is reduced)."""
+    shape = tuple(shape)
+    if not dims or not shape or prod(shape[i] for i in dims) * shape[-1] > target:
+        return None
+    free = [i for i in range(len(shape) - 1) if i not in dims]
+    whole = [slice(None)] * len(shape)
+
+    def inner(k):                       # elements of a block that is whole from free[k] on
+        return prod(shape[i] for i in dims) * shape[-1] * prod(shape[i] for i in free[k:])
+
+    if not free:
+        return iter([tuple(whole)])
+    k = 0
+    while k < len(free) - 1 and inner(k + 1) > target:
+        k += 1
+    run = max(1, target // inner(k + 1))
+
+    def plan():
+        for outer in itertools.product(*(range(shape[i]) for i in free[:k])):
+            for j in range(0, shape[free[k]], run):
+                index = list(whole)
+                for i, v in zip(free[:k], outer):
+                    index[i] = slice(v, v + 1)
+                index[free[k]] = slice(j, min(j + run, shape[free[k]]))
+                yield tuple(index)
+    return plan()
+
+
 def single_threaded() -> None:
-    """Block evaluation in one thread (worker processes of ``--jobs`` share the CPUs)."""
+    """Block evaluation in one thread of one process (worker processes of ``--jobs`` share the
+    CPUs)."""
     global THREADS
     THREADS = 1
+    forked.single_process()
 
 
 def _ordered(fn, items, threads: int):
@@ -130,6 +173,26 @@ class _Accumulator:
         self.out[target] = terms.sum(axis=inner, keepdims=True) if inner else terms
 
 
+def _parts(shape: tuple, dims: tuple) -> list:
+    """Index tuples cutting ``shape`` into one part per process along its outermost axis that
+    is neither reduced (``dims``) nor the last one (RoPE mixes the elements of D) and has room
+    for every process: the parts' outputs, reductions included, are then disjoint, and each
+    part adds its terms in the unblocked order. ``[(...)]`` (one part) when there is no such
+    axis or no forking."""
+    whole = tuple(slice(None) for _ in shape)
+    n = forked.PROCESSES if forked.available() else 1
+    for a in range(len(shape) - 1):
+        if a not in dims and shape[a] >= n > 1:
+            cuts = [shape[a] * k // n for k in range(n + 1)]
+            return [whole[:a] + (slice(lo, hi),) + whole[a + 1:] for lo, hi in itertools.pairwise(cuts)]
+    return [whole]
+
+
+def _in_parts(parts: list, threads: int | None) -> int:
+    """Threads per part: one when the parts run in processes of their own."""
+    return 1 if len(parts) > 1 else (THREADS if threads is None else threads)
+
+
 def rope_grad_blocked(dy, cos, sin, x=None, mode=0, *, soc=None, with_terms=True,
                       target: int = BLOCK_ELEMENTS, threads: int | None = None):
     """RotaryPositionEmbeddingGrad exact (float64) outputs and, with ``with_terms``, their
@@ -140,46 +203,57 @@ def rope_grad_blocked(dy, cos, sin, x=None, mode=0, *, soc=None, with_terms=True
     formula = ROPE_BACKWARD[RopeMode(args.mode)]
     full, cshape = d.shape, c.shape
     dims = broadcast_dims(full, cshape)
-    dx = np.empty(full)
-    exact = {"dx": dx}
-    accs = {}
+    exact = {"dx": forked.output_empty(full)}
+    reduced = []                                     # outputs summed over dims: (name, source)
     if xo is not None:
-        for name in ("dcos", "dsin"):
-            exact[name] = np.empty(cshape)
-            accs[name] = _Accumulator(exact[name], dims)
+        reduced = [("dcos", "dcos"), ("dsin", "dsin")]
         if with_terms:
-            abs_c, abs_s = np.empty(cshape), np.empty(cshape)
-            accs["abs_dcos"], accs["abs_dsin"] = _Accumulator(abs_c, dims), _Accumulator(abs_s, dims)
+            reduced += [("abs_dcos", "abs_dcos"), ("abs_dsin", "abs_dsin")]
+    sums = {name: forked.output_empty(cshape) for name, _ in reduced}
     c64, s64 = to_float64(c), to_float64(s)          # shared by the blocks (cos's shape)
+    parts = _parts(full, dims)
+    n_threads = _in_parts(parts, threads)
 
-    def work(index):
-        cidx = _reduced_index(index, dims)
-        d_b = to_float64(d[index])
-        c_b, s_b = c64[cidx], s64[cidx]
-        if c_b.shape != d_b.shape:       # the block's unreduced terms need the full shape
-            c_b, s_b = np.broadcast_to(c_b, d_b.shape), np.broadcast_to(s_b, d_b.shape)
-        x_b = None if xo is None else to_float64(xo[index])
-        dx_b, dc_b, ds_b = formula(d_b, c_b, s_b, x_b)
-        dx[index] = dx_b                                 # disjoint blocks: no race
-        t = rope_grad_terms(d_b, c_b, s_b, x_b, args.mode, None) if with_terms and xo is not None else None
-        return index, dc_b, ds_b, t
+    def part(where):
+        cwhere = _reduced_index(where, dims)
+        d_p, c_p, s_p = d[where], c64[cwhere], s64[cwhere]
+        x_p = None if xo is None else xo[where]
+        dx = exact["dx"][where]
+        accs = {name: _Accumulator(sums[name][cwhere], dims) for name, _ in reduced}
 
-    for index, dc_b, ds_b, t in _ordered(work, blocks(full, target), THREADS if threads is None else threads):
-        if xo is None:
-            continue
-        accs["dcos"].add(index, dc_b)                   # reductions in block order
-        accs["dsin"].add(index, ds_b)
-        if t is not None:
-            accs["abs_dcos"].add(index, t["dcos"].sum_abs)
-            accs["abs_dsin"].add(index, t["dsin"].sum_abs)
+        plan = reducing_blocks(d_p.shape, dims, target)
+
+        def work(index):
+            cidx = _reduced_index(index, dims)
+            d_b = to_float64(d_p[index])
+            c_b, s_b = c_p[cidx], s_p[cidx]
+            if plan is None and c_b.shape != d_b.shape:   # the unreduced terms, for the sums
+                c_b, s_b = np.broadcast_to(c_b, d_b.shape), np.broadcast_to(s_b, d_b.shape)
+            x_b = None if x_p is None else to_float64(x_p[index])
+            dx_b, dc_b, ds_b = formula(d_b, c_b, s_b, x_b)
+            dx[index] = dx_b                             # disjoint blocks: no race
+            out = {"dcos": dc_b, "dsin": ds_b}
+            if with_terms and x_b is not None:
+                t = rope_grad_terms(d_b, c_b, s_b, x_b, args.mode, None)
+                out["abs_dcos"], out["abs_dsin"] = t["dcos"].sum_abs, t["dsin"].sum_abs
+            return index, out
+
+        for index, out in _ordered(work, plan or blocks(d_p.shape, target), n_threads):
+            for name, source in reduced:                 # reductions in block order
+                accs[name].add(index, out[source])
+
+    forked.run_parts(part, parts, lambda where: [exact["dx"][where]] + [
+        sums[name][_reduced_index(where, dims)] for name, _ in reduced])
+    if xo is not None:
+        exact["dcos"], exact["dsin"] = sums["dcos"], sums["dsin"]
     terms = None
     if with_terms:
         terms = {"dx": rope_grad_terms(_first_row(d), _first_row(c), _first_row(s), None,
                                        args.mode, None)["dx"]}
         if xo is not None:
             K = prod(full[i] for i in dims)
-            terms["dcos"] = OutputTerms(REDUCTION, K, abs_c)
-            terms["dsin"] = OutputTerms(REDUCTION, K, abs_s)
+            terms["dcos"] = OutputTerms(REDUCTION, K, sums["abs_dcos"])
+            terms["dsin"] = OutputTerms(REDUCTION, K, sums["abs_dsin"])
     return exact, terms
 
 
@@ -191,15 +265,23 @@ def rope_blocked(x, cos, sin, mode=0, *, soc=None, target: int = BLOCK_ELEMENTS,
     p, c, s = args.primary, args.cos, args.sin
     formula = ROPE_FORWARD[RopeMode(args.mode)]
     dims = broadcast_dims(p.shape, c.shape)
-    y = np.empty(p.shape)
+    y = forked.output_empty(p.shape)
     c64, s64 = to_float64(c), to_float64(s)
+    parts = _parts(p.shape, dims)
+    n_threads = _in_parts(parts, threads)
 
-    def work(index):
-        cidx = _reduced_index(index, dims)
-        y[index] = formula(to_float64(p[index]), c64[cidx], s64[cidx])
+    def part(where):
+        cwhere = _reduced_index(where, dims)
+        p_p, c_p, s_p, y_p = p[where], c64[cwhere], s64[cwhere], y[where]
 
-    for _ in _ordered(work, blocks(p.shape, target), THREADS if threads is None else threads):
-        pass
+        def work(index):
+            cidx = _reduced_index(index, dims)
+            y_p[index] = formula(to_float64(p_p[index]), c_p[cidx], s_p[cidx])
+
+        for _ in _ordered(work, blocks(p_p.shape, target), n_threads):
+            pass
+
+    forked.run_parts(part, parts, lambda where: [y[where]])
     terms = rope_terms(_first_row(p), _first_row(c), _first_row(s), args.mode, None)
     return {"y": y}, terms
 
@@ -241,7 +323,7 @@ def _nrc_rotated(grad_output, rope_type: int, cos64, sin64, target: int, threads
     return out
 
 
-def nrc_grad_blocked(tensors: dict, attrs: dict, soc=None, target: int = BLOCK_ELEMENTS,
+def nrc_grad_blocked(tensors: dict, attrs: dict, soc=None, target: int = NRC_BLOCK_ELEMENTS,
                      threads: int | None = None) -> dict:
     """NormRopeConcatBackward exact (float64) gradients by blocks, bit for bit those of
     ``norm_rope_concat_backward(..., out_dtype=np.float64)`` (None where not produced).

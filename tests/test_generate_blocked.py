@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 import refspec
-from refspec import blocked
-from refspec.blocked import blocks, nrc_grad_blocked, rope_blocked, rope_grad_blocked
+from refspec import blocked, forked
+from refspec.blocked import (blocks, nrc_grad_blocked, reducing_blocks, rope_blocked,
+                             rope_grad_blocked)
 from refspec.cases import build_case
 from refspec.layouts import layout_shape
 from refspec.cases import draw_inputs
@@ -72,6 +73,76 @@ def test_blocks_cover_the_array_once_in_c_order():
         assert np.all(seen == 1) and order == sorted(order)
 
 
+def test_reducing_blocks_hold_the_reduced_axes_whole_and_cover_once():
+    shape = (3, 4, 5, 6)
+    for dims in ((0, 1), (0, 2), (1,), (0, 1, 2), (2,)):
+        for target in (6 * 60, 200, 500, 10 ** 6):
+            plan = reducing_blocks(shape, dims, target)
+            if np.prod([shape[i] for i in dims]) * 6 > target:
+                assert plan is None
+                continue
+            seen = np.zeros(shape, int)
+            for index in plan:
+                assert all(index[i] == slice(None) for i in dims) and index[-1] == slice(None)
+                assert seen[index].size <= max(target, np.prod([shape[i] for i in dims]) * 6)
+                seen[index] += 1
+            assert np.all(seen == 1)
+    assert reducing_blocks(shape, (), 10 ** 6) is None
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("readv", [True, False], ids=["copied-back", "shared-memory"])
+def test_forked_parts_give_the_same_bits_both_ways_of_returning_outputs(rng, monkeypatch, readv):
+    if readv and not forked._probe_readv():
+        pytest.skip("process_vm_readv is not permitted here")
+    monkeypatch.setattr(forked, "_readv_ok", readv)
+    monkeypatch.setattr(forked, "PROCESSES", 2)
+    full, cshape = (4, 3, 8, 8), (1, 1, 8, 8)
+    dy, x, cos, sin = nasty(rng, full), nasty(rng, full), nasty(rng, cshape), nasty(rng, cshape)
+    ref = refspec.rotary_position_embedding_grad(dy, cos, sin, x, 1, out_dtype=np.float64)
+    for target in (8, 100, 10 ** 4):
+        exact, _ = rope_grad_blocked(dy, cos, sin, x, 1, target=target)
+        for name, r in zip(("dx", "dcos", "dsin"), ref):
+            assert np.array_equal(bits(exact[name]), bits(r)), (target, name)
+        y, _ = rope_blocked(x, cos, sin, 3, target=target)
+        assert np.array_equal(bits(y["y"]), bits(refspec.rotary_position_embedding(
+            x, cos, sin, 3, out_dtype=np.float64)))
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_a_failing_forked_part_is_an_error_not_a_wrong_result(monkeypatch, capfd):
+    monkeypatch.setattr(forked, "PROCESSES", 2)
+    out = forked.output_empty((4, 8))
+
+    def fn(i):
+        if i == 1:
+            raise ValueError("part 1 broke")
+        out[i] = i
+
+    with pytest.raises(RuntimeError, match="1 of 2 forked part"):
+        forked.run_parts(fn, [0, 1, 2], lambda i: [out[i]])
+    assert "part 1 broke" in capfd.readouterr().err
+
+    def parent_fails(i):
+        if i == 0:
+            raise KeyError("parent")
+        out[i] = i
+
+    with pytest.raises(KeyError):
+        forked.run_parts(parent_fails, [0, 1], lambda i: [out[i]])
+
+
+def test_segments_are_the_contiguous_runs_of_a_view():
+    a = np.arange(2 * 3 * 4 * 5, dtype=np.float64).reshape(2, 3, 4, 5)
+    for view in (a, a[1], a[:, 1:3], a[:, :, 2:], a[:, 1:2, :, :], a[1:, :, 1:3]):
+        segs = forked._segments(view)
+        got = np.concatenate([np.frombuffer((np.ctypeslib.as_array(
+            (__import__("ctypes").c_double * (n // 8)).from_address(addr)))) for addr, n in segs])
+        assert np.array_equal(got, view.reshape(-1))
+        assert sum(n for _, n in segs) == view.nbytes
+    assert forked._segments(a[:0]) == []
+
+
 def layouts_and_patterns():
     for layout in ("BNSD", "BSND", "SBND", "TND"):
         full = layout_shape(layout, 3, 4, 5, 6)
@@ -81,7 +152,7 @@ def layouts_and_patterns():
 
 @pytest.mark.parametrize("layout, full, cshape", list(layouts_and_patterns()),
                          ids=lambda v: str(v) if isinstance(v, str) else "x".join(map(str, v)))
-def test_rope_grad_blocked_equals_the_spec_bit_for_bit(rng, layout, full, cshape):
+def test_rope_grad_blocked_equals_the_spec_bit_for_bit(rng, monkeypatch, layout, full, cshape):
     for mode in (0, 1, 2, 3):
         if mode == 2 and full[-1] % 4:
             continue
@@ -89,7 +160,11 @@ def test_rope_grad_blocked_equals_the_spec_bit_for_bit(rng, layout, full, cshape
         cos, sin = nasty(rng, cshape), nasty(rng, cshape)
         ref = refspec.rotary_position_embedding_grad(dy, cos, sin, x, mode, out_dtype=np.float64)
         ref_terms = rope_grad_terms(dy, cos, sin, x, mode)
-        for target, threads in ((1, 1), (13, 2), (200, 1)):
+        # target 200 holds the reduced axes whole (reducing_blocks) for most patterns, 1 and 13
+        # never; processes > 1 cut the case into forked parts
+        for target, threads, processes in ((1, 1, 1), (13, 2, 1), (200, 1, 1), (13, 1, 2),
+                                           (200, 1, 3)):
+            monkeypatch.setattr(forked, "PROCESSES", processes)
             exact, terms = rope_grad_blocked(dy, cos, sin, x, mode, target=target, threads=threads)
             for name, r in zip(("dx", "dcos", "dsin"), ref):
                 assert np.array_equal(bits(exact[name]), bits(r)), (mode, target, name)
