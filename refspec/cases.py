@@ -36,6 +36,7 @@ from .nrc_checks import STREAMS, check_nrc_args
 from .reduce import broadcast_dims
 from .rope import rotary_position_embedding, rotary_position_embedding_grad
 from .rope_checks import check_rope_args
+from .selfstats import outputs_self_stats
 from .sweep import OP_FUNCTIONS, Case
 from .terms import (norm_rope_concat_backward_terms, norm_rope_concat_terms, rope_grad_terms,
                     rope_terms)
@@ -74,6 +75,7 @@ class CaseData:
     terms: dict = field(default_factory=dict)
     axes: dict = field(default_factory=dict)
     error: AclnnError | None = None
+    self_stats: dict | None = None   # {output: JSON text} of refspec.selfstats (large outputs)
 
     @property
     def negative(self) -> bool:
@@ -90,7 +92,8 @@ class CaseData:
         return dict(op=self.op, params=self.params, seed=self.seed, soc=self.soc,
                     distribution=self.distribution, inputs=self.inputs, expected=self.expected,
                     exact=self.exact, terms=self.terms, axes=self.axes,
-                    expected_error=self.error, regenerate=regenerate)
+                    expected_error=self.error, regenerate=regenerate,
+                    self_stats=self.self_stats)
 
 
 # --- tensor layout of a case ------------------------------------------------------------------
@@ -424,6 +427,7 @@ def build_case(case: Case) -> CaseData:
     data.expected = expected_outputs(p, exact)
     data.terms = terms
     data.axes = {k: output_axes(p, k) for k in exact}
+    data.self_stats = outputs_self_stats(data.expected, exact, terms)
     return data
 
 

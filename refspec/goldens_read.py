@@ -69,6 +69,27 @@ class LazyArray:
     def attrs(self) -> dict:
         return read_attrs(self._ds)
 
+    @property
+    def file_path(self) -> str:
+        """The file the dataset is stored in."""
+        return self._ds.file.filename
+
+    def raw_extents(self):
+        """Where the dataset's elements lie in its file when they are stored raw, or None.
+
+        A list of ``(flat_start, count, byte_offset)`` in C order covering every element:
+        ``count`` elements from flat index ``flat_start`` are the stored bytes at
+        ``byte_offset`` of :attr:`file_path` (little-endian, as stored: bfloat16 as its bit
+        patterns). None when they are not: filters (compression, shuffle, checksums),
+        unallocated chunks (fill values), chunks that are not runs of whole trailing axes,
+        big-endian storage, a user block, or an HDF5 library that cannot tell.
+        """
+        ds = self._ds
+        try:
+            return _raw_extents(ds)
+        except Exception:  # an HDF5 build without the chunk queries, and the like
+            return None
+
     def __len__(self):
         if not self.shape:
             raise TypeError("len() of a 0-d array")
@@ -114,6 +135,54 @@ class LazyArray:
 
     def __repr__(self):
         return f"<LazyArray {self._ds.name} shape={self.shape} dtype={self.dtype.name}>"
+
+
+def _raw_extents(ds: h5py.Dataset):
+    shape = tuple(ds.shape)
+    n = prod(shape)
+    itemsize = ds.dtype.itemsize
+    if (n == 0 or ds.dtype.kind not in "fiu" or ds.dtype.byteorder == ">"
+            or ds.file.userblock_size):
+        return None
+    dcpl = ds.id.get_create_plist()
+    if dcpl.get_nfilters():
+        return None
+    layout = dcpl.get_layout()
+    if layout == h5py.h5d.CONTIGUOUS:
+        off = ds.id.get_offset()
+        return None if off is None else [(0, n, int(off))]
+    if layout != h5py.h5d.CHUNKED:
+        return None
+    chunks = ds.chunks
+    ax = next((i for i, c in enumerate(chunks) if c != 1), len(shape) - 1)
+    if any(c != 1 for c in chunks[:ax]) or tuple(chunks[ax + 1:]) != shape[ax + 1:]:
+        return None                       # not a run of whole trailing axes
+    tail = prod(shape[ax + 1:])
+    chunk_bytes = prod(chunks) * itemsize
+    strides = [prod(shape[i + 1:]) for i in range(len(shape))]
+    found = []
+
+    def one(offset, filter_mask, addr, size):
+        if filter_mask or size != chunk_bytes or addr is None:
+            raise ValueError("chunk not stored raw")
+        start = sum(int(o) * st for o, st in zip(offset, strides))
+        count = min(chunks[ax], shape[ax] - int(offset[ax])) * tail
+        found.append((start, count, int(addr)))
+
+    if hasattr(ds.id, "chunk_iter"):
+        ds.id.chunk_iter(lambda info: one(info.chunk_offset, info.filter_mask, info.byte_offset,
+                                          info.size))
+    else:
+        for i in range(ds.id.get_num_chunks()):
+            info = ds.id.get_chunk_info(i)
+            one(info.chunk_offset, info.filter_mask, info.byte_offset, info.size)
+    found.sort()
+    pos = 0
+    for start, count, _ in found:
+        if start != pos:
+            return None                   # a chunk never written: its elements are fill values
+        pos += count
+    return found if pos == n else None
 
 
 class ArrayGroup(Mapping):
@@ -184,6 +253,14 @@ class GoldenCase:
         return {"comparison_class": a.get("comparison_class"),
                 "reduced_terms": None if k < 0 else k,
                 "axes": a.get("axes", ""), "dtype": a.get("dtype")}
+
+    def self_stats(self, name: str) -> dict | None:
+        """The self statistics stored with ``expected/<name>`` (refspec.selfstats), or None
+        for outputs without them (small, not elementwise, or written before they existed)."""
+        from .selfstats import loads
+        if name not in self.expected:
+            return None
+        return loads(self.expected[name]._ds.attrs.get("self_stats"))
 
     def __repr__(self):
         return f"<GoldenCase {self.case_id} op={self.op}>"

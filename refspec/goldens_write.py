@@ -33,7 +33,7 @@ from .goldens_format import (CASES_GROUP, INDEX_DATASET, LIBVER, SCHEMA_VERSION,
                              dumps_params, encode_array, fsync_path, part_path, to_jsonable)
 from .terms import CLASSES
 
-__all__ = ["GoldenWriter", "SWEEP_ATTRS"]
+__all__ = ["GoldenWriter", "SWEEP_ATTRS", "write_self_stats"]
 
 #: root attributes that identify a sweep: resume and merge require them to match
 SWEEP_ATTRS = ("sweep_name", "sweep_definition", "sweep_seed")
@@ -152,6 +152,21 @@ def require_case_parent(f: h5py.File, case_id: str) -> h5py.Group:
         else:
             group = group.create_group(part, track_order=True)
     return group
+
+
+def write_self_stats(case_group, expected: dict, exact: dict, terms: dict,
+                     self_stats: dict | None = None) -> None:
+    """Attach the self statistics of each large elementwise output (refspec.selfstats; None:
+    computed here) to its ``expected/<name>`` dataset as the attribute ``self_stats``."""
+    from .selfstats import outputs_self_stats
+    if self_stats is None:
+        self_stats = outputs_self_stats(expected, exact, terms)
+    for name, text in self_stats.items():
+        ds = h5d.open(case_group.id, f"expected/{name}".encode("utf-8"))
+        try:
+            set_attrs(ds, {"self_stats": str(text)})
+        finally:
+            ds.close()
 
 
 class GoldenWriter:
@@ -283,11 +298,13 @@ class GoldenWriter:
                    distribution: str, inputs: dict, expected: dict | None = None,
                    exact: dict | None = None, terms: dict | None = None,
                    axes: dict | None = None, expected_error: AclnnError | None = None,
-                   regenerate: str = "") -> None:
+                   regenerate: str = "", self_stats: dict | None = None) -> None:
         """Write one case (schema v1, docs/goldens.md). ``inputs``/``expected``/``exact`` map
         names to arrays (None values = absent tensors, skipped); ``terms`` maps each expected
         output to its :class:`refspec.terms.OutputTerms`; ``axes`` to its axis letters.
-        A negative case (``expected_error`` given) has inputs only."""
+        A negative case (``expected_error`` given) has inputs only. ``self_stats``: the
+        JSON texts of :func:`refspec.selfstats.outputs_self_stats` when already computed
+        (None: computed here)."""
         if self._file is None:
             raise GoldenFileError("the writer is closed", self.path)
         check_case_id(case_id)
@@ -331,6 +348,7 @@ class GoldenWriter:
             nbytes += self._write_group(g, "exact", exact)
             sums = {k: terms[k].sum_abs for k in expected if terms[k].sum_abs is not None}
             nbytes += self._write_group(g, "sum_abs", sums)
+            write_self_stats(g, expected, exact, terms, self_stats)
         set_attrs(g, {"written": True})
         self._partial.discard(case_id)
         self._unindexed.append(case_id)

@@ -23,6 +23,7 @@ from .blocks import COMPUTE_ELEMENTS, READ_ELEMENTS, plan_blocks
 from .floatinfo import U_ACC, bits_of, float_info, ulp_at
 from .metrics import Accumulator, Metrics, Scratch
 from .report import OutputResult
+from .screen import screened_metrics
 from .standards import (C_REDUCTION, ELEMENT_ROUNDINGS, RATIO_LEVELS, RATIO_SMALL_COUNT,
                         ROUNDING_SLACK_U32, SMALL_VALUES, TERM_ROUNDINGS, UNDERFLOW, Rule)
 
@@ -40,7 +41,7 @@ class JudgeOptions:
     heatmap_axes: str | None = None      # two axis letters, e.g. "SD"; None: the last two
     heatmaps: bool = False               # keep a 2-D max-badness map (for the HTML report)
     read_elements: int = READ_ELEMENTS
-    fast: bool = True                    # fused steps for all-numeric blocks (same report)
+    fast: bool = True                    # screened outputs and fused steps (same report)
 
 
 class BlockJudge:
@@ -290,6 +291,14 @@ def judge_output(case, name: str, actual, rule: Rule, opts: JudgeOptions, contex
         sum_abs = None
     elif name in case.sum_abs:
         sum_abs = case.sum_abs[name]
+    screened = None
+    if not rule.ratio_level:
+        screened = screened_metrics(case, name, actual, rule, opts, info, judge,
+                                    None if sum_abs is None else sum_abs)
+    if screened is not None:
+        res.metrics = m = screened
+        _verdict(res, m, rule)
+        return res
     try:
         for key, flat0, count in plan_blocks(info["shape"], opts.read_elements,
                                              getattr(exact, "chunks", None)):

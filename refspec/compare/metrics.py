@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..selfstats import top_order
+
 __all__ = ["Accumulator", "Metrics", "Element", "ULP_BIN_EXPONENTS", "ulp_bin_labels",
            "ulp_bin_counts", "Scratch"]
 
@@ -94,6 +96,8 @@ class Metrics:
     ulp_hist: list[int] = field(default_factory=lambda: [0] * _NBINS)
     worst: list[Element] = field(default_factory=list)
     heatmap: np.ndarray | None = None
+    #: "screened" when taken from the golden's self statistics (refspec.compare.screen)
+    path: str = field(default="full", repr=False, compare=False)
 
     @property
     def mismatch_fraction(self) -> float:
@@ -109,6 +113,11 @@ def _drop(x: np.ndarray, keep: np.ndarray, n_drop: int) -> np.ndarray:
     starts = np.concatenate(([0], cut + 1))
     stops = np.concatenate((cut, [x.size]))
     return np.concatenate([x[i:j] for i, j in zip(starts.tolist(), stops.tolist())])
+
+
+def _worst_key(e: Element):
+    """Sort key (descending) of the worst elements: badness, |a - g|, then the lower flat index."""
+    return (e.badness, e.abs_err, -e.flat)
 
 
 class Scratch:
@@ -302,17 +311,17 @@ class Accumulator:
             return
         if bmax is None:
             bmax = float(bad.max())
-        key = bad if bmax > 0 else ad
-        k = min(self.top, key.size)
-        idx = np.argpartition(key, key.size - k)[key.size - k:] if k < key.size else np.arange(key.size)
-        for i in idx:
+        # the step's first elements by (badness, |a - g|) descending, then flat index ascending:
+        # the order of the report, total so that ties never depend on the selection algorithm
+        idx = top_order([bad, ad] if bmax > 0 else [ad], self.top)
+        for i in idx.tolist():
             self._cand.append(self._element(flat0, where, i, a, g, ad, ulps, bad))
         self._trim()
 
     def _trim(self) -> None:
         self._kth = None
         if len(self._cand) > 4 * self.top:
-            self._cand.sort(key=lambda e: (e.badness, e.abs_err), reverse=True)
+            self._cand.sort(key=_worst_key, reverse=True)
             del self._cand[self.top:]
 
     def _heat_add(self, flat0, where, values) -> None:
@@ -333,7 +342,7 @@ class Accumulator:
             m.cosine = self._sum_ag / denom if denom > 0 else (1.0 if self._sum_d2 == 0 else 0.0)
         if self._n_rel:
             m.mean_rel = self._sum_rel / self._n_rel
-        self._cand.sort(key=lambda e: (e.badness, e.abs_err), reverse=True)
+        self._cand.sort(key=_worst_key, reverse=True)
         seen, worst = set(), []
         for e in self._cand:
             if e.flat not in seen:
