@@ -1,22 +1,28 @@
 """Streaming comparison of a large golden/actual pair: peak memory and throughput.
 
-    python benchmarks/bench_compare.py                 # golden 4.5 GiB + actual 1.5 GiB
+    python benchmarks/bench_compare.py --reference     # golden 4.5 GiB + two actuals of 1.5 GiB
     python benchmarks/bench_compare.py --elements 26   # 2^26 elements: a quick run
 
 Writes into a temporary directory (removed at the end): a golden HDF5 file with one
 RotaryPositionEmbedding case whose float32 output ``y`` (an elementwise output) has the exact
-float64 values and the rounded ones, stored under the golden store's default compression with
-its chunking, written block by block; and the kernel's ``y.bin`` (the rounded values, one
-element in 997 off by one ulp) in the export layout. Then, each in a fresh child process:
+float64 values, the rounded ones and their self statistics (refspec.selfstats), stored under the
+golden store's default compression with its chunking, written block by block; and two kernels'
+``y.bin`` in the export layout: *sparse* (the rounded values, one element in 997 off by one ulp)
+and *dense* (every element off by one ulp, up or down at random: the screen cannot help). Then,
+each in a fresh child process:
 
-1. ``refspec.compare(golden, dir)``: wall time, peak RSS (``ru_maxrss``), throughput in bytes of
-   actual output per second; with ``--reference`` also ``compare(..., fast=False)`` (every block
-   through the reference step: the same report, checked equal here);
+1. ``refspec.compare(golden, sparse)`` and ``refspec.compare(golden, dense)``: wall time, peak
+   RSS (``VmHWM`` of the child), throughput in bytes of actual output per second, and which path judged
+   (``screened``: bit comparison with the rounded golden plus the self statistics; ``full``);
+   with ``--reference`` also ``compare(golden, sparse, fast=False)`` (every block through the
+   reference step), its report checked against the screened one: every count, histogram bin,
+   maximum, index and worst element equal, the float sums (RMSE, cosine, mean relative error)
+   within 1e-12 relative;
 2. NumPy reading the same actual bytes once (``np.fromfile`` in 64 MiB blocks);
-3. h5py reading the golden's exact and expected datasets once (what the comparator must read).
+3. h5py reading the golden's exact and expected datasets once.
 
-The files are freshly written, so all three read from a warm page cache. Run it alone: the
-numbers are one core's.
+The files are freshly written, so all read from a warm page cache. Run it alone: the numbers
+are one core's.
 """
 
 from __future__ import annotations
@@ -38,9 +44,11 @@ CASE_ID = "rope/bench/mode=half/layout=BNSD/cos=11SD/dtype=float32"
 
 def write_pair(d: str, n_log2: float) -> tuple[str, str, int]:
     import refspec.goldens as goldens
+    import refspec.selfstats as selfstats
     from refspec._version import __version__
     from refspec.goldens_format import chunk_shape, compression_filters
     from refspec.goldens_write import append_index, create_golden_file, require_case_parent
+    from refspec.selfstats import SelfStatsBuilder
 
     B, N, D = 8, 32, 128
     S = int(round(2 ** n_log2 / (B * N * D)))
@@ -71,7 +79,11 @@ def write_pair(d: str, n_log2: float) -> tuple[str, str, int]:
             "y", shape, np.float64, chunks=chunk_shape(shape, 8), **filters)
         ex.attrs["dtype"] = "float64"
         rng = np.random.default_rng(1)
-        with open(os.path.join(out_dir, "y.bin"), "wb") as fh:
+        stats = SelfStatsBuilder(np.float32)
+        dense_dir = os.path.join(d, "dense", *CASE_ID.split("/"))
+        os.makedirs(dense_dir)
+        with open(os.path.join(out_dir, "y.bin"), "wb") as fh, \
+                open(os.path.join(dense_dir, "y.bin"), "wb") as fd:
             for b in range(B):
                 for n0 in range(0, N, max(1, (1 << 22) // (S * D))):
                     n1 = min(N, n0 + max(1, (1 << 22) // (S * D)))
@@ -79,9 +91,15 @@ def write_pair(d: str, n_log2: float) -> tuple[str, str, int]:
                     rounded = exact.astype(np.float32)
                     ex[b:b + 1, n0:n1] = exact
                     exp[b:b + 1, n0:n1] = rounded
+                    stats.add(rounded, exact)
                     flat = rounded.reshape(-1)
+                    up = rng.integers(0, 2, flat.size).astype(bool)
+                    dense = np.where(up, np.nextafter(flat, np.float32(np.inf)),
+                                     np.nextafter(flat, np.float32(-np.inf)))
+                    fd.write(memoryview(dense).cast("B"))
                     flat[::997] = np.nextafter(flat[::997], np.float32(np.inf))
                     fh.write(memoryview(flat).cast("B"))
+        exp.attrs["self_stats"] = selfstats.dumps(stats.finish())
         append_index(f, CASE_ID)
         f.attrs["complete"] = True
     return path, os.path.join(d, "actual"), n
@@ -90,12 +108,17 @@ def write_pair(d: str, n_log2: float) -> tuple[str, str, int]:
 def child(kind: str, golden: str, actual: str) -> dict:
     t0 = time.perf_counter()
     info = {}
-    if kind in ("compare", "reference"):
+    if kind in ("compare", "reference", "dense"):
+        import dataclasses
+
         from refspec.compare import compare
-        report = compare(golden, actual, fast=kind == "compare")
+        if kind == "dense":
+            actual = os.path.join(os.path.dirname(actual), "dense")
+        report = compare(golden, actual, fast=kind != "reference")
         r = report.results[0]
         info = {"status": r.status, "elements": r.metrics.n, "mismatches": r.metrics.failures,
-                "summary": report.summary_line(), "metrics": repr(r.metrics)}
+                "summary": report.summary_line(), "path": r.metrics.path,
+                "metrics": dataclasses.asdict(r.metrics)}
     elif kind == "numpy":
         path = os.path.join(actual, *CASE_ID.split("/"), "y.bin")
         total = 0
@@ -114,8 +137,43 @@ def child(kind: str, golden: str, actual: str) -> dict:
                 for _ in arr.blocks(64 << 20):
                     pass
     info["seconds"] = time.perf_counter() - t0
-    info["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    info["peak_rss_mib"] = peak_rss_mib()
     return info
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory: VmHWM (reset by exec, so the parent's size at the
+    fork does not count), else ru_maxrss (which keeps the parent's across fork and exec)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+#: float sums: the screened path's tolerance against the full path (refspec.compare.screen)
+SUM_FIELDS = ("rmse", "cosine", "mean_rel")
+
+
+def same_report(a: dict, b: dict) -> str:
+    """"identical" / "equal (sums within 1e-12 relative)" / what differs."""
+    diff = []
+    for k, v in a.items():
+        if k == "path":
+            continue
+        if k in SUM_FIELDS and v is not None and b[k] is not None:
+            if abs(v - b[k]) > 1e-12 * max(abs(v), abs(b[k])):
+                diff.append(k)
+        elif v != b[k]:
+            diff.append(k)
+    if diff:
+        return "DIFFERENT: " + ", ".join(diff)
+    if all(a[k] == b[k] for k in SUM_FIELDS):
+        return "identical"
+    return "equal (every count, maximum, index and worst element; sums within 1e-12 relative)"
 
 
 def run_child(kind, golden, actual) -> dict:
@@ -139,7 +197,7 @@ def main():
         print(json.dumps(child(*args.child)))
         return
     base = args.dir or tempfile.gettempdir()
-    need = 16 * 2 ** args.elements * 1.1
+    need = 20 * 2 ** args.elements * 1.1
     free = shutil.disk_usage(base).free
     if free < need:
         sys.exit(f"need {need / 2**30:.1f} GiB free in {base}, have {free / 2**30:.1f} GiB")
@@ -153,21 +211,32 @@ def main():
               f"({n} float32 elements, compression {__import__('refspec.goldens').goldens.DEFAULT_COMPRESSION}) "
               f"in {time.perf_counter() - t0:.1f} s")
         cmp_ = run_child("compare", golden, actual)
+        dense = run_child("dense", golden, actual)
         npy = run_child("numpy", golden, actual)
         h5 = run_child("h5py", golden, actual)
-        print(f"compare: {cmp_['seconds']:.2f} s, {asize / cmp_['seconds'] / 1e9:.2f} GB/s of actual "
-              f"output, peak RSS {cmp_['peak_rss_mib']:.0f} MiB; {cmp_['summary']}")
-        print(f"numpy reads the actual bytes once: {npy['seconds']:.2f} s "
-              f"({asize / npy['seconds'] / 1e9:.2f} GB/s), peak RSS {npy['peak_rss_mib']:.0f} MiB")
-        print(f"h5py reads the golden's exact+expected once: {h5['seconds']:.2f} s "
-              f"({gsize / h5['seconds'] / 1e9:.2f} GB/s), peak RSS {h5['peak_rss_mib']:.0f} MiB")
-        print(f"ratio compare / numpy read of the actual bytes: {cmp_['seconds'] / npy['seconds']:.1f}x")
+        load = os.getloadavg()
+
+        def row(label, r, nbytes=asize):
+            return (f"{label:<44} {r['seconds']:7.2f} s {nbytes / r['seconds'] / 1e9:6.2f} GB/s "
+                    f"{r['peak_rss_mib']:6.0f} MiB")
+
+        print(f"{'':<44} {'time':>9} {'speed':>11} {'peak RSS':>10}")
+        print(row(f"compare, sparse actual ({cmp_['path']} path)", cmp_))
+        print(row(f"compare, dense actual ({dense['path']} path)", dense))
+        ref = None
         if args.reference:
             ref = run_child("reference", golden, actual)
-            same = "identical" if ref["metrics"] == cmp_["metrics"] else "DIFFERENT"
-            print(f"reference step (fast=False): {ref['seconds']:.2f} s "
-                  f"({asize / ref['seconds'] / 1e9:.2f} GB/s), peak RSS {ref['peak_rss_mib']:.0f} MiB; "
-                  f"fused/reference speed-up {ref['seconds'] / cmp_['seconds']:.2f}x; metrics {same}")
+            print(row("compare, sparse actual, reference (fast=False)", ref))
+        print(row("numpy reads the actual bytes once", npy))
+        print(row("h5py reads the golden's exact+expected once", h5, gsize))
+        print(f"sparse: {cmp_['summary']}")
+        print(f"dense: {dense['summary']}")
+        print(f"ratio compare / numpy read of the actual bytes: sparse "
+              f"{cmp_['seconds'] / npy['seconds']:.2f}x, dense {dense['seconds'] / npy['seconds']:.2f}x")
+        if ref is not None:
+            print(f"reference / screened (sparse): {ref['seconds'] / cmp_['seconds']:.1f}x; report "
+                  f"{same_report(cmp_['metrics'], ref['metrics'])}")
+        print(f"load average after the runs: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     finally:
         shutil.rmtree(d, ignore_errors=True)
 

@@ -53,6 +53,8 @@ DENSE_FRACTION = 0.25
 SUM_SLACK = 4.0
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _PAGE = mmap.PAGESIZE
+#: releases mapped pages of a file (they stay in the page cache); None where the OS has none
+_DONTNEED = getattr(mmap, "MADV_DONTNEED", None) if hasattr(mmap.mmap, "madvise") else None
 
 
 class _Mapped:
@@ -68,9 +70,9 @@ class _Mapped:
     def release(self, start: int, stop: int) -> None:
         start -= start % _PAGE
         stop = min(stop, len(self.mm))
-        if stop > start and hasattr(self.mm, "madvise"):
+        if stop > start and _DONTNEED is not None:
             try:
-                self.mm.madvise(mmap.MADV_DONTNEED, start, stop - start)
+                self.mm.madvise(_DONTNEED, start, stop - start)
             except (OSError, ValueError):
                 pass
 
@@ -108,12 +110,17 @@ class _Raw:
 
     def release(self, lo: int, hi: int) -> None:
         """Release the mapped pages of the extents holding flat indices [lo, hi)."""
-        k0 = int(np.searchsorted(self.starts, lo, side="right")) - 1
+        k0 = max(int(np.searchsorted(self.starts, lo, side="right")) - 1, 0)
         k1 = int(np.searchsorted(self.starts, hi, side="left"))
-        for k in range(max(k0, 0), k1):
-            _, count, off = self.ext[k]
+        if k1 <= k0:
+            return
+        for k in range(k0, k1):
             self._views.pop(k, None)
-            self.m.release(off, off + count * self.dtype.itemsize)
+        # one call over the byte range of these extents (what lies between is only unmapped,
+        # to be mapped again if touched)
+        first = min(self.ext[k][2] for k in range(k0, k1))
+        last = max(self.ext[k][2] + self.ext[k][1] * self.dtype.itemsize for k in range(k0, k1))
+        self.m.release(first, last)
 
 
 def _actual_bits(actual, n: int, itemsize: int):
