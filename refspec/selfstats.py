@@ -82,11 +82,14 @@ class _TopList:
         self.flats = np.empty(0, np.int64)
         self.keys = [np.empty(0) for _ in range(nkeys)]
 
-    def offer(self, flat0: int, pos, keys) -> None:
-        """Elements at flat indices ``flat0 + pos`` (``pos`` ascending; None: 0, 1, ...)."""
+    def offer(self, flat0: int, pos, keys, kmax: float | None = None) -> None:
+        """Elements at flat indices ``flat0 + pos`` (``pos`` ascending; None: 0, 1, ...);
+        ``kmax``: max of keys[0] when known."""
         if keys[0].size == 0 or self.T <= 0:
             return
         if self.flats.size >= self.T:    # only elements not below the T-th kept can enter
+            if kmax is not None and kmax < self.keys[0][-1]:
+                return
             idx = np.flatnonzero(keys[0] >= self.keys[0][-1])
             if idx.size == 0:
                 return
@@ -176,7 +179,8 @@ class SelfStatsBuilder:
         np.abs(g, out=ag)
         # a finite max |e - g| means e and g are finite; max |g| below the overflow threshold
         # that g does not round to an infinity
-        if not (math.isfinite(float(ad.max())) and float(ag.max()) < info.overflow):
+        ad_max = float(ad.max())
+        if not (math.isfinite(ad_max) and float(ag.max()) < info.overflow):
             self.finite = False
             return
         # ulp_at(ag): 2^(max(exponent of |g|, emin) - mant), from the exponent bits of |g|
@@ -207,7 +211,7 @@ class SelfStatsBuilder:
             s["rel"] += float(rel.sum())
             self.lists["rel"].offer(flat0, pos, [rel])
         self.hist += ulp_bin_counts(ulps, self._ints[:n])
-        self.lists["abs"].offer(flat0, None, [ad])
+        self.lists["abs"].offer(flat0, None, [ad], ad_max)
         for r in self.rules:
             rule = r["judge"].rule
             if rule.atol and rule.atol > 0 and not rule.rounding_gate:
@@ -216,9 +220,10 @@ class SelfStatsBuilder:
                 np.divide(ad, bad, out=bad)
             else:
                 bad = r["judge"]._badness(e, e, ad, ag, ulp, ulps, None)
-            if float(bad.max()) > 1.0:
+            bmax = float(bad.max())
+            if bmax > 1.0:
                 r["fails"] += int(np.count_nonzero(bad > 1.0))
-            r["list"].offer(flat0, None, [bad, ad])
+            r["list"].offer(flat0, None, [bad, ad], bmax)
 
     def finish(self) -> dict:
         """The statistics as a JSON-ready dict (see the module docstring)."""
