@@ -30,7 +30,8 @@ from .errors import AclnnError
 from .goldens_format import (CASES_GROUP, INDEX_DATASET, LIBVER, SCHEMA_VERSION, DEFAULT_COMPRESSION,
                              GoldenFileError, GoldenFileExistsError, atomic_replace, attr_value,
                              case_path, check_case_id, chunk_shape, compression_filters,
-                             dumps_params, encode_array, fsync_path, part_path, to_jsonable)
+                             dumps_params, encode_array, fsync_path, part_path, start_writeback,
+                             to_jsonable)
 from .terms import CLASSES
 
 __all__ = ["GoldenWriter", "SWEEP_ATTRS", "write_self_stats"]
@@ -466,6 +467,10 @@ class GoldenWriter:
         if self._file is not None and self._file.mode != "r":
             self._index_written(self._file)
             self._file.flush()
+            try:
+                start_writeback(self._file.id.get_vfd_handle())
+            except (OSError, ValueError, TypeError):
+                pass                     # a driver without a file descriptor
         self._flushed = time.monotonic()
 
     def _index_written(self, f: h5py.File) -> None:
