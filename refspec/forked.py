@@ -25,10 +25,11 @@ import itertools
 import mmap
 import os
 import signal
-import sys
 from math import prod
 
 import numpy as np
+
+from .linux import libc_function
 
 __all__ = ["PROCESSES", "available", "output_empty", "run_parts", "single_process"]
 
@@ -54,16 +55,11 @@ class _Iovec(ctypes.Structure):
 
 
 def _libc_readv():
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).process_vm_readv
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.POINTER(_Iovec), ctypes.c_ulong,
-                   ctypes.POINTER(_Iovec), ctypes.c_ulong, ctypes.c_ulong]
-    fn.restype = ctypes.c_ssize_t
-    return fn
+    """process_vm_readv(2), or None."""
+    return libc_function("process_vm_readv",
+                         [ctypes.c_int, ctypes.POINTER(_Iovec), ctypes.c_ulong,
+                          ctypes.POINTER(_Iovec), ctypes.c_ulong, ctypes.c_ulong],
+                         ctypes.c_ssize_t)
 
 
 def _segments(view: np.ndarray) -> list[tuple[int, int]]:

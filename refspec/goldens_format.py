@@ -11,13 +11,13 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import sys
 from math import prod
 
 import h5py
 import numpy as np
 
 from .dtypes import bfloat16, dtype_name
+from .linux import libc_function
 
 __all__ = [
     "SCHEMA_VERSION", "CASES_GROUP", "CHUNK_BYTES", "MIN_CHUNKED_BYTES", "INDEX_DATASET", "CASE_SUBGROUPS", "BF16_ENCODING",
@@ -226,20 +226,8 @@ def dumps_params(params: dict) -> str:
 
 # --- files ----------------------------------------------------------------------------------
 
-def _sync_file_range():
-    """Linux's sync_file_range(2), or None where it does not exist."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_SYNC_FILE_RANGE = _sync_file_range()
+_SYNC_FILE_RANGE = libc_function("sync_file_range", [ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
+                                                       ctypes.c_uint], ctypes.c_int)
 _SYNC_FILE_RANGE_WRITE = 2
 
 
