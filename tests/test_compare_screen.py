@@ -21,6 +21,7 @@ from refspec.compare import compare, resolve_rule, screen
 from refspec.compare.actuals import ArrayActual, open_bin, open_npy
 from refspec.compare.judge import JudgeOptions, judge_output
 from refspec.compare.standards import STANDARD_NAMES
+from refspec import selfstats
 from refspec.selfstats import TOP, top_order
 from refspec.terms import OutputTerms
 
@@ -33,8 +34,10 @@ DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16), "bfl
 
 @pytest.fixture(autouse=True)
 def small_steps(monkeypatch):
-    """Several screening steps per output (one raw chunk each)."""
+    """Several screening steps per output (one raw chunk each), and self statistics for
+    outputs of this file's size."""
     monkeypatch.setattr(screen, "SCREEN_ELEMENTS", 1 << 15)
+    monkeypatch.setattr(selfstats, "MIN_ELEMENTS", 1 << 16)
 
 
 def _golden_values(rng, kind):
