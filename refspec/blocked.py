@@ -204,12 +204,10 @@ def rope_grad_blocked(dy, cos, sin, x=None, mode=0, *, soc=None, with_terms=True
     full, cshape = d.shape, c.shape
     dims = broadcast_dims(full, cshape)
     exact = {"dx": forked.output_empty(full)}
-    reduced = []                                     # outputs summed over dims: (name, source)
+    reduced = []                                     # the outputs summed over dims
     if xo is not None:
-        reduced = [("dcos", "dcos"), ("dsin", "dsin")]
-        if with_terms:
-            reduced += [("abs_dcos", "abs_dcos"), ("abs_dsin", "abs_dsin")]
-    sums = {name: forked.output_empty(cshape) for name, _ in reduced}
+        reduced = ["dcos", "dsin"] + (["abs_dcos", "abs_dsin"] if with_terms else [])
+    sums = {name: forked.output_empty(cshape) for name in reduced}
     c64, s64 = to_float64(c), to_float64(s)          # shared by the blocks (cos's shape)
     parts = _parts(full, dims)
     n_threads = _in_parts(parts, threads)
@@ -219,7 +217,7 @@ def rope_grad_blocked(dy, cos, sin, x=None, mode=0, *, soc=None, with_terms=True
         d_p, c_p, s_p = d[where], c64[cwhere], s64[cwhere]
         x_p = None if xo is None else xo[where]
         dx = exact["dx"][where]
-        accs = {name: _Accumulator(sums[name][cwhere], dims) for name, _ in reduced}
+        accs = {name: _Accumulator(sums[name][cwhere], dims) for name in reduced}
 
         plan = reducing_blocks(d_p.shape, dims, target)
 
@@ -239,11 +237,11 @@ def rope_grad_blocked(dy, cos, sin, x=None, mode=0, *, soc=None, with_terms=True
             return index, out
 
         for index, out in _ordered(work, plan or blocks(d_p.shape, target), n_threads):
-            for name, source in reduced:                 # reductions in block order
-                accs[name].add(index, out[source])
+            for name in reduced:                         # reductions in block order
+                accs[name].add(index, out[name])
 
     forked.run_parts(part, parts, lambda where: [exact["dx"][where]] + [
-        sums[name][_reduced_index(where, dims)] for name, _ in reduced])
+        sums[name][_reduced_index(where, dims)] for name in reduced])
     if xo is not None:
         exact["dcos"], exact["dsin"] = sums["dcos"], sums["dsin"]
     terms = None

@@ -54,12 +54,11 @@ class _Iovec(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
 
 
-def _libc_readv():
-    """process_vm_readv(2), or None."""
-    return libc_function("process_vm_readv",
-                         [ctypes.c_int, ctypes.POINTER(_Iovec), ctypes.c_ulong,
-                          ctypes.POINTER(_Iovec), ctypes.c_ulong, ctypes.c_ulong],
-                         ctypes.c_ssize_t)
+#: process_vm_readv(2), or None
+_READV = libc_function("process_vm_readv",
+                       [ctypes.c_int, ctypes.POINTER(_Iovec), ctypes.c_ulong,
+                        ctypes.POINTER(_Iovec), ctypes.c_ulong, ctypes.c_ulong],
+                       ctypes.c_ssize_t)
 
 
 def _segments(view: np.ndarray) -> list[tuple[int, int]]:
@@ -77,13 +76,12 @@ def _segments(view: np.ndarray) -> list[tuple[int, int]]:
 
 def _pull(pid: int, views: list[np.ndarray]) -> None:
     """Copy ``views`` from process ``pid`` (same virtual addresses) into this process."""
-    readv = _libc_readv()
     segs = [seg for v in views for seg in _segments(v)]
     for i in range(0, len(segs), _IOV_MAX):
         batch = segs[i:i + _IOV_MAX]
         iov = (_Iovec * len(batch))(*(_Iovec(a, n) for a, n in batch))
         want = sum(n for _, n in batch)
-        got = readv(pid, iov, len(batch), iov, len(batch), 0)
+        got = _READV(pid, iov, len(batch), iov, len(batch), 0)
         if got != want:
             err = ctypes.get_errno()
             raise OSError(err, f"process_vm_readv copied {got} of {want} bytes: {os.strerror(err)}")
@@ -94,7 +92,7 @@ def _probe_readv() -> bool:
     global _readv_ok
     if _readv_ok is None:
         _readv_ok = False
-        if _libc_readv() is not None and available():
+        if _READV is not None and available():
             buf = np.zeros(1024)
             r, w = os.pipe()
             pid = os.fork()

@@ -32,9 +32,10 @@ from .goldens_format import (CASES_GROUP, INDEX_DATASET, LIBVER, SCHEMA_VERSION,
                              case_path, check_case_id, chunk_shape, compression_filters,
                              dumps_params, encode_array, fsync_path, part_path, start_writeback,
                              to_jsonable)
+from .selfstats import outputs_self_stats
 from .terms import CLASSES
 
-__all__ = ["GoldenWriter", "SWEEP_ATTRS", "write_self_stats"]
+__all__ = ["GoldenWriter", "SWEEP_ATTRS"]
 
 #: root attributes that identify a sweep: resume and merge require them to match
 SWEEP_ATTRS = ("sweep_name", "sweep_definition", "sweep_seed")
@@ -153,21 +154,6 @@ def require_case_parent(f: h5py.File, case_id: str) -> h5py.Group:
         else:
             group = group.create_group(part, track_order=True)
     return group
-
-
-def write_self_stats(case_group, expected: dict, exact: dict, terms: dict,
-                     self_stats: dict | None = None) -> None:
-    """Attach the self statistics of each large elementwise output (refspec.selfstats; None:
-    computed here) to its ``expected/<name>`` dataset as the attribute ``self_stats``."""
-    from .selfstats import outputs_self_stats
-    if self_stats is None:
-        self_stats = outputs_self_stats(expected, exact, terms)
-    for name, text in self_stats.items():
-        ds = h5d.open(case_group.id, f"expected/{name}".encode("utf-8"))
-        try:
-            set_attrs(ds, {"self_stats": str(text)})
-        finally:
-            ds.close()
 
 
 class GoldenWriter:
@@ -345,11 +331,12 @@ class GoldenWriter:
 
         nbytes = self._write_group(g, "inputs", inputs)
         if expected_error is None:
-            nbytes += self._write_group(g, "expected", expected, terms, axes)
+            if self_stats is None:
+                self_stats = outputs_self_stats(expected, exact, terms)
+            nbytes += self._write_group(g, "expected", expected, terms, axes, self_stats)
             nbytes += self._write_group(g, "exact", exact)
             sums = {k: terms[k].sum_abs for k in expected if terms[k].sum_abs is not None}
             nbytes += self._write_group(g, "sum_abs", sums)
-            write_self_stats(g, expected, exact, terms, self_stats)
         set_attrs(g, {"written": True})
         self._partial.discard(case_id)
         self._unindexed.append(case_id)
@@ -414,7 +401,8 @@ class GoldenWriter:
             if s is not None and np.shape(s) != shape:
                 raise ValueError(f"{where}: sum_abs {name!r} shape {np.shape(s)} != {shape}")
 
-    def _write_group(self, case_group, sub: str, arrays: dict, terms=None, axes=None) -> int:
+    def _write_group(self, case_group, sub: str, arrays: dict, terms=None, axes=None,
+                     self_stats=None) -> int:
         if not arrays:
             return 0
         group = h5g.create(case_group.id, sub.encode("ascii"), lcpl=_SUBGROUP_LCPL,
@@ -431,6 +419,8 @@ class GoldenWriter:
                 attrs["comparison_class"] = str(t.comparison_class)
                 attrs["reduced_terms"] = -1 if t.reduced_terms is None else int(t.reduced_terms)
                 attrs["axes"] = str(axes[name])
+            if self_stats and name in self_stats:
+                attrs["self_stats"] = str(self_stats[name])
             set_attrs(ds, attrs)
             nbytes += stored.nbytes
         return nbytes

@@ -42,7 +42,6 @@ MIN_ELEMENTS = 1 << 20
 TOP = 128
 #: elements per step of the computation (bounds its temporaries)
 STEP = 1 << 16
-_EXP64 = 0x7FF << 52
 #: standards whose element rules are covered (``ratio`` judges by a benchmark instead)
 SIGNATURE_STANDARDS = ("default", "ascend-mixed", "torch", "vendor-threshold")
 
@@ -161,6 +160,7 @@ class SelfStatsBuilder:
             self._step(e[lo:lo + STEP], g[lo:lo + STEP])
 
     def _step(self, e, g) -> None:
+        from .compare.floatinfo import ulp_at_into
         from .compare.metrics import ulp_bin_counts
 
         flat0 = self.n
@@ -184,10 +184,7 @@ class SelfStatsBuilder:
         if not (math.isfinite(ad_max) and float(ag.max()) < info.overflow):
             self.finite = False
             return
-        # ulp_at(ag): 2^(max(exponent of |g|, emin) - mant), from the exponent bits of |g|
-        np.bitwise_and(ag.view(np.int64), _EXP64, out=ulp.view(np.int64))
-        np.maximum(ulp, 2.0 ** info.emin, out=ulp)
-        ulp *= 2.0 ** -info.mant
+        ulp_at_into(ag, info, ulp)
         np.divide(ad, ulp, out=ulps)
         s = self.sums
         s["d2"] += float(np.einsum("i,i->", d, d))      # the Accumulator's sums

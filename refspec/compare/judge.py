@@ -20,7 +20,7 @@ import numpy as np
 from ..dtypes import dtype_name, round_to
 from .actuals import Problem
 from .blocks import COMPUTE_ELEMENTS, READ_ELEMENTS, plan_blocks
-from .floatinfo import U_ACC, bits_of, float_info, ulp_at
+from .floatinfo import U_ACC, bits_of, float_info, ulp_at, ulp_at_into
 from .metrics import Accumulator, Metrics, Scratch
 from .report import OutputResult
 from .screen import screened_metrics
@@ -109,11 +109,7 @@ class BlockJudge:
         if info.mant == 52:
             ulp = ulp_at(ag, info)
         else:
-            # ulp_at: 2^(max(exponent of |g|, emin) - mant), from the exponent bits of |g|
-            ulp = sc.ulp[:n]
-            np.bitwise_and(ag.view(np.int64), _EXP64, out=ulp.view(np.int64))
-            np.maximum(ulp, 2.0 ** info.emin, out=ulp)
-            ulp *= 2.0 ** -info.mant
+            ulp = ulp_at_into(ag, info, sc.ulp[:n])
         ulps = np.divide(ad, ulp, out=sc.ulps[:n])
         r = self.rule
         if r is None:
@@ -203,9 +199,6 @@ class BlockJudge:
             ec = np.clip(e, -info.max, info.max)
             matched |= (ac == ec) & (np.abs(ac) == info.max)
         self.acc.add_special(flat0, where, a, gs, matched, a_nan ^ g_nan)
-
-
-_EXP64 = 0x7FF << 52
 
 
 def _ratio(ad, tol):
