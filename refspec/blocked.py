@@ -37,8 +37,8 @@ import numpy as np
 from . import forked
 from .dtypes import to_float64
 from .enums import NormType, RopeMode, RopeType
-from .norm_rope_concat import (ROPE_TYPE_TO_MODE, bnsd_to_bsnd, layer_norm_backward,
-                               norm_rope_concat_backward, split_seq)
+from .norm_rope_concat import (ROPE_TYPE_TO_MODE, NormRopeConcatGrads, bnsd_to_bsnd,
+                               layer_norm_backward, norm_rope_concat_backward, split_seq)
 from .nrc_checks import STREAMS, check_nrc_args
 from .reduce import broadcast_dims
 from .rope import ROPE_BACKWARD, ROPE_FORWARD
@@ -333,74 +333,96 @@ def nrc_grad_blocked(tensors: dict, attrs: dict, soc=None, target: int = NRC_BLO
     in two orders (checked in tests/test_generate_blocked.py): dbias = g'.sum over a BSND view
     of BNSD data adds rows in (b, n, s) order, dweight = (g'*xhat).sum in (b, s, n) order;
     dbias is therefore accumulated while walking the rotated gradient in BNSD order.
+
+    The query side (grad_query_output -> query, encoder_query) and the key side
+    (grad_key_output -> key, encoder_key) share no intermediate value, so they are the two
+    parts computed side by side in forked processes (:func:`refspec.forked.run_parts`); with
+    one process each part spreads its blocks over ``threads`` threads.
     """
     arrays, a, _ = check_nrc_args("norm_rope_concat_backward", "grad_query_output", tensors,
                                   attrs, soc, backward=True)
     threads = THREADS if threads is None else threads
     order, rt = a["concat_order"], a["rope_type"]
-    q = arrays["query"]
-    B, Sq, N, D = q.shape
+    B, Sq, N, D = arrays["query"].shape
     seq = {s: (0 if arrays.get(s) is None else arrays[s].shape[1]) for s in STREAMS}
     cos64 = None if not rt else to_float64(arrays["rope_cos"])
     sin64 = None if not rt else to_float64(arrays["rope_sin"])
-    rotated = {}
-    parts = {}
-    for out_name, stream, encoder in (("grad_query_output", "query", "encoder_query"),
-                                      ("grad_key_output", "key", "encoder_key")):
-        R = _nrc_rotated(arrays[out_name], rt, cos64, sin64, target, threads)
-        rotated[stream] = R
-        p_stream, p_enc = split_seq(R, seq[stream], seq[encoder], order)
-        parts[stream], parts[encoder] = p_stream, p_enc          # BNSD views
-    gv = to_float64(arrays["grad_value_output"])
-    part_value, part_enc_value = split_seq(gv, seq["key"], seq["encoder_key"], order)
-    grads = {"grad_value": bnsd_to_bsnd(part_value),
-             "grad_encoder_value": bnsd_to_bsnd(part_enc_value) if arrays.get("encoder_key") is not None else None}
-    for stream, (type_attr, weight, bias, mean, rstd) in STREAMS.items():
-        norm = a[type_attr]
-        affine = norm == NormType.AFFINE_LAYER_NORM
+
+    grads, written = {}, {}         # written: stream -> the output arrays its part fills
+    for stream, (type_attr, weight, bias, _, _) in STREAMS.items():
+        affine = a[type_attr] == NormType.AFFINE_LAYER_NORM
         if arrays.get(stream) is None:
             grads[f"grad_{stream}"] = None
             grads[f"grad_{weight}"] = grads[f"grad_{bias}"] = np.zeros(D) if affine else None
             continue
-        P = parts[stream]                                        # (B, N, S, D) view
-        S = P.shape[2]
-        if norm == NormType.NONE:
-            grads[f"grad_{stream}"] = bnsd_to_bsnd(P)            # dx = g'
-            grads[f"grad_{weight}"] = grads[f"grad_{bias}"] = None
-            continue
-        dbias = None
-        if affine:                                               # (b, n, s) order
-            for b in range(B):
-                for n in range(N):
-                    dbias = _sum_rows(dbias, np.array(P[b, n]))
-        x, m, r = arrays[stream], arrays[mean], arrays[rstd]
-        w64 = to_float64(arrays[weight]) if affine else None
-        dx = np.empty((B, S, N, D))
-        dweight = None
-        run = max(1, target // max(N * D, 1))
-
-        def work(item, P=P, x=x, m=m, r=r, w64=w64, dx=dx, norm=norm, S=S, run=run):
-            b, s0 = item
-            s1 = min(S, s0 + run)
-            k = (s1 - s0) * N
-            g5 = np.ascontiguousarray(bnsd_to_bsnd(P[b:b + 1, :, s0:s1])).reshape(1, 1, 1, k, D)
-            x5 = to_float64(x[b:b + 1, s0:s1]).reshape(1, 1, 1, k, D)
-            m5 = to_float64(m[b:b + 1, s0:s1]).reshape(1, 1, 1, k, 1)
-            r5 = to_float64(r[b:b + 1, s0:s1]).reshape(1, 1, 1, k, 1)
-            dx5, dw5, _db5 = layer_norm_backward(g5, x5, m5, r5, norm, w64)
-            dx[b, s0:s1] = dx5.reshape(s1 - s0, N, D)
-            return None if dw5 is None else dw5.reshape(k, D)
-
-        for rows in _ordered(work, itertools.product(range(B), range(0, S, run)), threads):
-            if affine:
-                dweight = _sum_rows(dweight, rows)             # (b, s, n) order
-        grads[f"grad_{stream}"] = dx
+        out = [forked.output_empty((B, seq[stream], N, D))]
+        grads[f"grad_{stream}"] = out[0]
+        grads[f"grad_{weight}"] = grads[f"grad_{bias}"] = None
         if affine:
-            grads[f"grad_{weight}"] = np.zeros(D) if dweight is None else dweight
-            grads[f"grad_{bias}"] = np.zeros(D) if dbias is None else dbias
-        else:
-            grads[f"grad_{weight}"] = grads[f"grad_{bias}"] = None
-    return grads
+            out += [forked.output_empty((D,)), forked.output_empty((D,))]
+            grads[f"grad_{weight}"], grads[f"grad_{bias}"] = out[1], out[2]
+        written[stream] = out
+    sides = (("grad_query_output", "query", "encoder_query"),
+             ("grad_key_output", "key", "encoder_key"))
+    part_threads = 1 if forked.available() else threads
+    value = {}
+
+    def side(item):
+        out_name, stream, encoder = item
+        if item == sides[0]:                # this process's part: grad_value's step 1 too
+            value["gv"] = to_float64(arrays["grad_value_output"])
+        R = _nrc_rotated(arrays[out_name], rt, cos64, sin64, target, part_threads)
+        for s, P in zip((stream, encoder), split_seq(R, seq[stream], seq[encoder], order)):
+            if s in written:                                     # P: a (B, N, S, D) view
+                _nrc_norm_grad(P, arrays, a, s, written[s], target, part_threads)
+
+    forked.run_parts(side, sides, lambda item: [v for s in item[1:] for v in written.get(s, ())])
+    part_value, part_enc_value = split_seq(value["gv"], seq["key"], seq["encoder_key"], order)
+    grads["grad_value"] = bnsd_to_bsnd(part_value)
+    grads["grad_encoder_value"] = (bnsd_to_bsnd(part_enc_value)
+                                   if arrays.get("encoder_key") is not None else None)
+    return {k: grads[k] for k in NormRopeConcatGrads._fields}
+
+
+def _nrc_norm_grad(P, arrays: dict, a: dict, stream: str, out: list, target: int,
+                   threads: int) -> None:
+    """Step 3 for one stream, from its part ``P`` (a (B, N, S, D) view) of the rotated
+    gradient, into ``out``: [dx (B, S, N, D)] plus [dweight, dbias] for the affine LayerNorm."""
+    type_attr, weight, _, mean, rstd = STREAMS[stream]
+    norm = a[type_attr]
+    dx = out[0]
+    if norm == NormType.NONE:
+        np.copyto(dx, bnsd_to_bsnd(P))                           # dx = g'
+        return
+    B, N, S, D = P.shape
+    affine = norm == NormType.AFFINE_LAYER_NORM
+    dbias = dweight = None
+    if affine:                                                   # (b, n, s) order
+        for b in range(B):
+            for n in range(N):
+                dbias = _sum_rows(dbias, np.array(P[b, n]))
+    x, m, r = arrays[stream], arrays[mean], arrays[rstd]
+    w64 = to_float64(arrays[weight]) if affine else None
+    run = max(1, target // max(N * D, 1))
+
+    def work(item):
+        b, s0 = item
+        s1 = min(S, s0 + run)
+        k = (s1 - s0) * N
+        g5 = np.ascontiguousarray(bnsd_to_bsnd(P[b:b + 1, :, s0:s1])).reshape(1, 1, 1, k, D)
+        x5 = to_float64(x[b:b + 1, s0:s1]).reshape(1, 1, 1, k, D)
+        m5 = to_float64(m[b:b + 1, s0:s1]).reshape(1, 1, 1, k, 1)
+        r5 = to_float64(r[b:b + 1, s0:s1]).reshape(1, 1, 1, k, 1)
+        dx5, dw5, _db5 = layer_norm_backward(g5, x5, m5, r5, norm, w64)
+        dx[b, s0:s1] = dx5.reshape(s1 - s0, N, D)
+        return None if dw5 is None else dw5.reshape(k, D)
+
+    for rows in _ordered(work, itertools.product(range(B), range(0, S, run)), threads):
+        if affine:
+            dweight = _sum_rows(dweight, rows)                   # (b, s, n) order
+    if affine:
+        out[1][...] = 0.0 if dweight is None else dweight
+        out[2][...] = 0.0 if dbias is None else dbias
 
 
 def evaluate(params: dict, inputs: dict, min_elements: int | None = None):

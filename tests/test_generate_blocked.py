@@ -316,12 +316,18 @@ SHAPES = [dict(B=2, N=3, Sq=5, Sk=4, Seq=3, Sek=2, D=8, Sr=6),
 
 
 @pytest.mark.parametrize("nt, nat", list(itertools.product((0, 1, 2), (0, 1, 2))))
-def test_nrc_grad_blocked_equals_the_spec_bit_for_bit(rng, nt, nat):
+def test_nrc_grad_blocked_equals_the_spec_bit_for_bit(rng, monkeypatch, nt, nat):
     for rt, order, shape in itertools.product((0, 1, 2), (0, 1), SHAPES):
         tensors = nrc_inputs(rng, nt, nat, rt, order, shape)
         attrs = dict(norm_type=nt, norm_added_type=nat, rope_type=rt, concat_order=order)
         ref = refspec.norm_rope_concat_backward(**tensors, **attrs, soc="A2", out_dtype=np.float64)._asdict()
-        for target, threads in ((1, 1), (20, 2), (10 ** 6, 1)):
+        # one process with 1 or 2 threads, or the query and key sides in two processes (outputs
+        # copied back from the child, or written by it into shared memory)
+        for target, threads, processes, readv in ((1, 1, 1, None), (20, 2, 1, None),
+                                                  (10 ** 6, 1, 1, None), (20, 1, 2, None),
+                                                  (7, 1, 2, False)):
+            monkeypatch.setattr(forked, "PROCESSES", processes)
+            monkeypatch.setattr(forked, "_readv_ok", readv)
             got = nrc_grad_blocked(tensors, attrs, "A2", target=target, threads=threads)
             assert got.keys() == ref.keys()
             for k, v in ref.items():
