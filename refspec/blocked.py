@@ -234,11 +234,14 @@ def rope_grad_blocked(dy, cos, sin, x=None, mode=0, *, soc=None, with_terms=True
             if with_terms and x_b is not None:
                 t = rope_grad_terms(d_b, c_b, s_b, x_b, args.mode, None)
                 out["abs_dcos"], out["abs_dsin"] = t["dcos"].sum_abs, t["dsin"].sum_abs
-            return index, out
+            return index, cidx, out
 
-        for index, out in _ordered(work, plan or blocks(d_p.shape, target), n_threads):
-            for name in reduced:                         # reductions in block order
-                accs[name].add(index, out[name])
+        for index, cidx, out in _ordered(work, plan or blocks(d_p.shape, target), n_threads):
+            for name in reduced:
+                if plan is not None:                     # the formula block's own sums: final
+                    accs[name].out[cidx] = out[name]
+                else:                                    # running sums, in block order
+                    accs[name].add(index, out[name])
 
     forked.run_parts(part, parts, lambda where: [exact["dx"][where]] + [
         sums[name][_reduced_index(where, dims)] for name in reduced])
