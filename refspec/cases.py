@@ -76,6 +76,7 @@ class CaseData:
     axes: dict = field(default_factory=dict)
     error: AclnnError | None = None
     self_stats: dict | None = None   # {output: JSON text} of refspec.selfstats (large outputs)
+    shipped_to: str | None = None    # the file holding the arrays (refspec.transfer.ship)
 
     @property
     def negative(self) -> bool:

@@ -18,7 +18,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from math import prod
 
-from . import blocked, goldens
+from . import blocked, goldens, transfer
 from .cases import build_case, probe, regenerate_command, tensor_plan
 from .sweep import Case, Sweep, SweepError
 
@@ -71,15 +71,26 @@ def check_expectations(sweep: Sweep, cases: list[Case]) -> dict:
     return outcome
 
 
-def _worker_init() -> None:
+_SHIP = (None, transfer.MIN_BYTES)     # a worker's (directory, min_bytes) for transfer.ship
+
+
+def _worker_init(ship_to: str | None, min_bytes: int) -> None:
     """Worker processes: one thread each, and the lowest scheduling priority, below the parent,
     whose writing is the serial part of a run: the workers compute ahead in the CPU time the
-    parent leaves (with nice 5 the parent wrote a third slower while the workers shared its CPU)."""
+    parent leaves (with nice 5 the parent wrote a third slower while the workers shared its CPU).
+    Results of at least ``min_bytes`` go back through files in ``ship_to``
+    (refspec/transfer.py) when it is given."""
+    global _SHIP
+    _SHIP = (ship_to, min_bytes)
     blocked.single_threaded()
     try:
         os.nice(19)
     except OSError:
         pass
+
+
+def _build_and_ship(case: Case):
+    return transfer.ship(build_case(case), *_SHIP)
 
 
 #: results in flight between worker processes and the writer: at most this many bytes (by the
@@ -103,7 +114,16 @@ def _ordered_results(cases: list[Case], jobs: int):
             yield case, build_case(case)
         return
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init) as pool:
+    ship_to = transfer.shared_directory(WINDOW_BYTES + (WINDOW_BYTES >> 1))
+    try:
+        yield from _pooled_results(cases, jobs, ctx, ship_to)
+    finally:
+        transfer.remove_directory(ship_to)
+
+
+def _pooled_results(cases: list[Case], jobs: int, ctx, ship_to: str | None):
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_worker_init,
+                             initargs=(ship_to, transfer.MIN_BYTES)) as pool:
         pending = deque()
         it = iter(cases)
         nxt = next(it, None)
@@ -118,14 +138,14 @@ def _ordered_results(cases: list[Case], jobs: int):
             while True:
                 while room():
                     size = _planned_bytes(nxt)
-                    pending.append((nxt, size, pool.submit(build_case, nxt)))
+                    pending.append((nxt, size, pool.submit(_build_and_ship, nxt)))
                     in_flight += size
                     nxt = next(it, None)
                 if not pending:
                     break
                 case, size, future = pending.popleft()
                 try:
-                    result = future.result()
+                    result = transfer.receive(future.result())
                 except BrokenProcessPool:
                     raise GenerateError(f"case {case.id}: a worker process ended abruptly (killed, "
                                         "out of memory, or it could not start); --jobs 1 computes "
