@@ -2,13 +2,17 @@
 
     python benchmarks/bench_compare.py --reference     # golden 4.5 GiB + two actuals of 1.5 GiB
     python benchmarks/bench_compare.py --elements 26   # 2^26 elements: a quick run
+    python benchmarks/bench_compare.py --dtype bfloat16 # a 2-byte output (float16 likewise)
 
 Writes into a temporary directory (removed at the end): a golden HDF5 file with one
-RotaryPositionEmbedding case whose float32 output ``y`` (an elementwise output) has the exact
+RotaryPositionEmbedding case whose output ``y`` (an elementwise output; float32 unless
+``--dtype`` says otherwise) has the exact
 float64 values, the rounded ones and their self statistics (refspec.selfstats), stored under the
 golden store's default compression with its chunking, written block by block; and two kernels'
 ``y.bin`` in the export layout: *sparse* (the rounded values, one element in 997 off by one ulp)
-and *dense* (every element off by one ulp, up or down at random: the screen cannot help). Then,
+and *dense* (every element off by one ulp, up or down at random: the screen cannot help). A
+bfloat16 or float16 output one ulp off exceeds the default standard's tolerance, so those
+reports fail: only their speed matters here. Then,
 each in a fresh child process:
 
 1. ``refspec.compare(golden, sparse)`` and ``refspec.compare(golden, dense)``: wall time, peak
@@ -39,14 +43,29 @@ import time
 
 import numpy as np
 
-CASE_ID = "rope/bench/mode=half/layout=BNSD/cos=11SD/dtype=float32"
+from refspec.dtypes import resolve_dtype
+
+DTYPES = ("float32", "float16", "bfloat16")
 
 
-def write_pair(d: str, n_log2: float) -> tuple[str, str, int]:
+def case_id(dtype: str) -> str:
+    return f"rope/bench/mode=half/layout=BNSD/cos=11SD/dtype={dtype}"
+
+
+def one_ulp(bits: np.ndarray, away: np.ndarray | bool) -> np.ndarray:
+    """The bit patterns of the neighbours one ulp away from zero (``away``) or towards it
+    (never across zero: a zero moves away)."""
+    magnitude = bits & bits.dtype.type((1 << (8 * bits.itemsize - 1)) - 1)
+    step = np.where(away | (magnitude == 0), 1, -1)
+    return (bits.astype(np.int64) + step).astype(bits.dtype)
+
+
+def write_pair(d: str, n_log2: float, dtype: str = "float32") -> tuple[str, str, int]:
+    import refspec
     import refspec.goldens as goldens
     import refspec.selfstats as selfstats
     from refspec._version import __version__
-    from refspec.goldens_format import chunk_shape, compression_filters
+    from refspec.goldens_format import chunk_shape, compression_filters, encode_array
     from refspec.goldens_write import append_index, create_golden_file, require_case_parent
     from refspec.selfstats import SelfStatsBuilder
 
@@ -59,27 +78,29 @@ def write_pair(d: str, n_log2: float) -> tuple[str, str, int]:
                                   "sweep_name": "bench", "sweep_definition": "", "sweep_seed": 0,
                                   "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     filters = compression_filters(goldens.DEFAULT_COMPRESSION)
+    CASE_ID = case_id(dtype)
+    dt = np.dtype(resolve_dtype(dtype))
     out_dir = os.path.join(d, "actual", *CASE_ID.split("/"))
     os.makedirs(out_dir)
     with f:
         parent = require_case_parent(f, CASE_ID)
         g = parent.create_group(CASE_ID.rsplit("/", 1)[1])
         params = {"op": "rope", "mode": 0, "layout": "BNSD", "cos_pattern": "11SD",
-                  "dtype": "float32", "B": B, "N": N, "S": S, "D": D}
+                  "dtype": dtype, "B": B, "N": N, "S": S, "D": D}
         for k, v in dict(case_id=CASE_ID, op="rotary_position_embedding", params=json.dumps(params),
                          seed=0, soc="", distribution="random", expected_error_code=0,
                          regenerate="benchmarks/bench_compare.py").items():
             g.attrs[k] = v
         g.create_group("inputs")
+        stored_dt, enc = encode_array(np.zeros(1, dt))
         exp = g.create_group("expected").create_dataset(
-            "y", shape, np.float32, chunks=chunk_shape(shape, 4), **filters)
-        exp.attrs.update(dtype="float32", comparison_class="elementwise", reduced_terms=-1,
-                         axes="BNSD")
+            "y", shape, stored_dt.dtype, chunks=chunk_shape(shape, dt.itemsize), **filters)
+        exp.attrs.update(**enc, comparison_class="elementwise", reduced_terms=-1, axes="BNSD")
         ex = g.create_group("exact").create_dataset(
             "y", shape, np.float64, chunks=chunk_shape(shape, 8), **filters)
         ex.attrs["dtype"] = "float64"
         rng = np.random.default_rng(1)
-        stats = SelfStatsBuilder(np.float32)
+        stats = SelfStatsBuilder(dt)
         dense_dir = os.path.join(d, "dense", *CASE_ID.split("/"))
         os.makedirs(dense_dir)
         with open(os.path.join(out_dir, "y.bin"), "wb") as fh, \
@@ -88,16 +109,14 @@ def write_pair(d: str, n_log2: float) -> tuple[str, str, int]:
                 for n0 in range(0, N, max(1, (1 << 22) // (S * D))):
                     n1 = min(N, n0 + max(1, (1 << 22) // (S * D)))
                     exact = rng.standard_normal((1, n1 - n0, S, D))
-                    rounded = exact.astype(np.float32)
+                    rounded = refspec.round_to(exact, dt)
                     ex[b:b + 1, n0:n1] = exact
-                    exp[b:b + 1, n0:n1] = rounded
+                    exp[b:b + 1, n0:n1] = encode_array(rounded)[0]
                     stats.add(rounded, exact)
-                    flat = rounded.reshape(-1)
+                    flat = np.ascontiguousarray(rounded).reshape(-1).view(f"u{dt.itemsize}")
                     up = rng.integers(0, 2, flat.size).astype(bool)
-                    dense = np.where(up, np.nextafter(flat, np.float32(np.inf)),
-                                     np.nextafter(flat, np.float32(-np.inf)))
-                    fd.write(memoryview(dense).cast("B"))
-                    flat[::997] = np.nextafter(flat[::997], np.float32(np.inf))
+                    fd.write(memoryview(one_ulp(flat, up)).cast("B"))
+                    flat[::997] = one_ulp(flat[::997], True)
                     fh.write(memoryview(flat).cast("B"))
         exp.attrs["self_stats"] = selfstats.dumps(stats.finish())
         append_index(f, CASE_ID)
@@ -105,7 +124,8 @@ def write_pair(d: str, n_log2: float) -> tuple[str, str, int]:
     return path, os.path.join(d, "actual"), n
 
 
-def child(kind: str, golden: str, actual: str) -> dict:
+def child(kind: str, golden: str, actual: str, dtype: str) -> dict:
+    CASE_ID = case_id(dtype)
     t0 = time.perf_counter()
     info = {}
     if kind in ("compare", "reference", "dense"):
@@ -124,11 +144,11 @@ def child(kind: str, golden: str, actual: str) -> dict:
         total = 0
         with open(path, "rb") as fh:
             while True:
-                block = np.fromfile(fh, dtype=np.float32, count=1 << 24)
+                block = np.fromfile(fh, dtype=np.uint8, count=1 << 26)
                 if block.size == 0:
                     break
                 total += block.size
-        info = {"elements": total}
+        info = {"bytes": total}
     elif kind == "h5py":
         import refspec.goldens as goldens
         with goldens.open(golden) as gf:
@@ -176,8 +196,8 @@ def same_report(a: dict, b: dict) -> str:
     return "equal (every count, maximum, index and worst element; sums within 1e-12 relative)"
 
 
-def run_child(kind, golden, actual) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--child", kind, golden, actual],
+def run_child(kind, golden, actual, dtype) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", kind, golden, actual, dtype],
                          capture_output=True, text=True)
     if out.returncode:
         sys.exit(f"{kind} child failed:\n{out.stderr}")
@@ -191,7 +211,9 @@ def main():
     ap.add_argument("--dir", default=None, help="where to write the pair (default: a temp dir)")
     ap.add_argument("--reference", action="store_true",
                     help="also time the reference step (fast=False) and check the same report")
-    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--dtype", choices=DTYPES, default="float32",
+                    help="the output's dtype (default float32; 2-byte dtypes halve the actual's bytes)")
+    ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(*args.child)))
@@ -204,16 +226,16 @@ def main():
     d = tempfile.mkdtemp(prefix="refspec-bench-", dir=base)
     try:
         t0 = time.perf_counter()
-        golden, actual, n = write_pair(d, args.elements)
+        golden, actual, n = write_pair(d, args.elements, args.dtype)
         gsize = os.path.getsize(golden)
-        asize = n * 4
+        asize = n * np.dtype(resolve_dtype(args.dtype)).itemsize
         print(f"wrote golden {gsize / 2**30:.2f} GiB + actual {asize / 2**30:.2f} GiB "
-              f"({n} float32 elements, compression {__import__('refspec.goldens').goldens.DEFAULT_COMPRESSION}) "
+              f"({n} {args.dtype} elements, compression {__import__('refspec.goldens').goldens.DEFAULT_COMPRESSION}) "
               f"in {time.perf_counter() - t0:.1f} s")
-        cmp_ = run_child("compare", golden, actual)
-        dense = run_child("dense", golden, actual)
-        npy = run_child("numpy", golden, actual)
-        h5 = run_child("h5py", golden, actual)
+        cmp_ = run_child("compare", golden, actual, args.dtype)
+        dense = run_child("dense", golden, actual, args.dtype)
+        npy = run_child("numpy", golden, actual, args.dtype)
+        h5 = run_child("h5py", golden, actual, args.dtype)
         load = os.getloadavg()
 
         def row(label, r, nbytes=asize):
@@ -225,7 +247,7 @@ def main():
         print(row(f"compare, dense actual ({dense['path']} path)", dense))
         ref = None
         if args.reference:
-            ref = run_child("reference", golden, actual)
+            ref = run_child("reference", golden, actual, args.dtype)
             print(row("compare, sparse actual, reference (fast=False)", ref))
         print(row("numpy reads the actual bytes once", npy))
         print(row("h5py reads the golden's exact+expected once", h5, gsize))
