@@ -187,6 +187,7 @@ class GoldenWriter:
         self._unindexed: list[str] = []   # written cases whose ids go to /index at the next flush
         self._dcpls: dict = {}            # dataset creation property lists by (rank, chunks, dtype)
         self._dtypes: dict = {}
+        self._spaces: dict = {}           # dataspaces by shape
         self._flushed = time.monotonic()
         self.cases_written = 0            # cases written by this writer (not counting resumed ones)
         self.bytes_written = 0            # their logical (uncompressed) size in bytes
@@ -444,7 +445,11 @@ class GoldenWriter:
         if types is None:
             types = self._dtypes[data.dtype.str] = (h5t.py_create(data.dtype, logical=1),
                                                     h5t.py_create(data.dtype))
-        space = _SCALAR_SPACE if data.ndim == 0 else h5s.create_simple(data.shape)
+        space = self._spaces.get(data.shape)
+        if space is None:               # H5Dcreate copies the dataspace: one per shape serves
+            space = _SCALAR_SPACE if data.ndim == 0 else h5s.create_simple(data.shape)
+            if len(self._spaces) < 4096:
+                self._spaces[data.shape] = space
         dsid = h5d.create(group, name.encode("utf-8"), types[0], space, dcpl=dcpl)
         if data.size:
             dsid.write(h5s.ALL, h5s.ALL, data, mtype=types[1])
