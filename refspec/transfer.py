@@ -24,7 +24,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["MIN_BYTES", "Slot", "ship", "receive", "shared_directory", "remove_directory"]
+__all__ = ["MIN_BYTES", "Slot", "ship", "receive", "shared_directory", "remove_directory",
+           "remove_stale"]
 
 #: cases with fewer bytes of arrays are pickled (a file costs more than pickling them)
 MIN_BYTES = 1 << 20
@@ -42,14 +43,42 @@ class Slot(NamedTuple):
 
 def shared_directory(nbytes: int) -> str | None:
     """A new private directory on a memory file system with at least ``nbytes`` free, or
-    None (then cases are pickled)."""
+    None (then cases are pickled). Its name carries this process's id, so that directories
+    left by a killed run (whose process no longer exists) are removed first."""
     try:
+        remove_stale()
         st = os.statvfs(_SHM)
         if st.f_bavail * st.f_frsize < nbytes or not os.access(_SHM, os.W_OK):
             return None
-        return tempfile.mkdtemp(prefix="refspec-", dir=_SHM)
+        return tempfile.mkdtemp(prefix=f"refspec-{os.getpid()}-", dir=_SHM)
     except OSError:
         return None
+
+
+def remove_stale(root: str = _SHM) -> list[str]:
+    """Remove the directories of :func:`shared_directory` under ``root`` whose process is gone
+    (a run killed before it could clean up); returns their paths."""
+    removed = []
+    for name in os.listdir(root):
+        parts = name.split("-")
+        if len(parts) < 3 or parts[0] != "refspec" or not parts[1].isdigit():
+            continue
+        path = os.path.join(root, name)
+        if _alive(int(parts[1])) or not os.path.isdir(path) or os.path.islink(path):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:                     # another user's process: alive, not ours to judge
+        return True
+    return True
 
 
 def remove_directory(path: str | None) -> None:

@@ -91,3 +91,18 @@ def test_a_file_that_cannot_be_written_falls_back(directory, monkeypatch):
     monkeypatch.setattr(transfer.os, "fdopen", Full)
     assert transfer.ship(data, directory, min_bytes=0) is data
     assert os.listdir(directory) == []              # the partial file is removed
+
+
+def test_directories_of_killed_runs_are_removed(tmp_path):
+    import subprocess
+    import sys
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead = tmp_path / f"refspec-{int(gone.stdout)}-abc"     # its process has exited
+    mine = tmp_path / f"refspec-{os.getpid()}-def"          # this process: alive
+    other = tmp_path / "refspec-notapid-x"                   # not one of ours
+    for d in (dead, mine, other):
+        d.mkdir()
+        (d / "case-1").write_bytes(b"x")
+    assert transfer.remove_stale(str(tmp_path)) == [str(dead)]
+    assert not dead.exists() and mine.exists() and other.exists()
