@@ -72,14 +72,18 @@ def round_to_odd_float32(x: np.ndarray) -> np.ndarray:
     """
     x = np.asarray(x, dtype=np.float64)
     with np.errstate(over="ignore"):
-        near = x.astype(np.float32)
+        near = x.astype(np.float32)                   # round to nearest (infinity on overflow)
+    back = near.astype(np.float64)
     with np.errstate(invalid="ignore"):
-        overshoot = np.abs(near.astype(np.float64)) > np.abs(x)
-    toward_zero = np.where(overshoot, np.nextafter(near, np.float32(0)), near)
-    bits = toward_zero.view(np.uint32).copy()
-    inexact = (toward_zero.astype(np.float64) != x) & ~np.isnan(x)
-    bits[inexact] |= np.uint32(1)
-    return bits.view(np.float32)
+        overshoot = np.abs(back) > np.abs(x)          # rounded away from zero
+    bits = near.view(np.uint32)
+    # toward zero: the neighbour of smaller magnitude, whose sign-magnitude pattern is one less
+    # (infinity -> the largest finite value; an overshoot is never a zero)
+    np.subtract(bits, overshoot, out=bits, casting="unsafe")
+    inexact = back != x                               # overshoot implies inexact
+    inexact &= x == x                                 # NaN stays as converted
+    np.bitwise_or(bits, inexact, out=bits, casting="unsafe")   # odd if inexact
+    return near
 
 
 def round_to(x: np.ndarray, dtype) -> np.ndarray:
