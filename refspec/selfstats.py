@@ -161,7 +161,7 @@ class SelfStatsBuilder:
 
     def _step(self, e, g) -> None:
         from .compare.floatinfo import ulp_at_into
-        from .compare.metrics import ulp_bin_counts
+        from .compare.metrics import product_sums, ulp_bin_counts
 
         flat0 = self.n
         self.n += e.size
@@ -172,7 +172,7 @@ class SelfStatsBuilder:
         if self._buf is None:
             self._buf = [np.empty(STEP) for _ in range(7)]
             self._ints = np.empty(STEP, np.int64)
-        a, d, ad, ag, ulp, ulps, bad = (b[:n] for b in self._buf)    # reused temporaries
+        a, d, ad, ag, ulp, ulps, buf = (b[:n] for b in self._buf)    # reused temporaries
         np.copyto(a, e, casting="unsafe")
         with np.errstate(invalid="ignore", over="ignore"):
             np.subtract(a, g, out=d)
@@ -187,10 +187,8 @@ class SelfStatsBuilder:
         ulp_at_into(ag, info, ulp)
         np.divide(ad, ulp, out=ulps)
         s = self.sums
-        s["d2"] += float(np.einsum("i,i->", d, d))      # the Accumulator's sums
-        s["ag"] += float(np.einsum("i,i->", a, g))
-        s["a2"] += float(np.einsum("i,i->", a, a))
-        s["g2"] += float(np.einsum("i,i->", g, g))
+        for key, v in zip(("d2", "ag", "a2", "g2"), product_sums(a, g, d)):
+            s[key] += v
         small = ag < self.sv
         ns = int(np.count_nonzero(small))
         if ns:
@@ -200,7 +198,7 @@ class SelfStatsBuilder:
             self.small_errors += int(np.count_nonzero(ads > self.e_small))
             self.lists["small_abs"].offer(flat0, pos, [ads])
         if ns == 0:
-            rel = np.divide(ad, ag, out=bad)
+            rel = np.divide(ad, ag, out=buf)
             s["rel"] += float(rel.sum())
             self.lists["rel"].offer(flat0, None, [rel])
         elif ns < e.size:
@@ -211,13 +209,7 @@ class SelfStatsBuilder:
         self.hist += ulp_bin_counts(ulps, self._ints[:n])
         self.lists["abs"].offer(flat0, None, [ad], ad_max)
         for r in self.rules:
-            rule = r["judge"].rule
-            if rule.atol and rule.atol > 0 and not rule.rounding_gate:
-                np.multiply(ag, rule.rtol, out=bad)  # the judge's badness (ad == 0 gives 0)
-                bad += rule.atol
-                np.divide(ad, bad, out=bad)
-            else:
-                bad = r["judge"]._badness(e, e, ad, ag, ulp, ulps, None)
+            bad = r["judge"].badness_into(e, e, ad, ag, ulp, ulps, None, buf)
             bmax = float(bad.max())
             if bmax > 1.0:
                 r["fails"] += int(np.count_nonzero(bad > 1.0))

@@ -111,20 +111,7 @@ class BlockJudge:
         else:
             ulp = ulp_at_into(ag, info, sc.ulp[:n])
         ulps = np.divide(ad, ulp, out=sc.ulps[:n])
-        r = self.rule
-        if r is None:
-            bad = np.zeros_like(ad)
-        elif r.rtol is not None and not (r.data_atol or r.hard_bound or r.rounding_gate
-                                         or (r.eval_bound and S is not None)):
-            atol = r.atol or 0.0
-            tol = np.multiply(ag, r.rtol, out=sc.tol[:n])
-            tol += atol
-            with np.errstate(divide="ignore", invalid="ignore"):
-                bad = np.divide(ad, tol, out=sc.tol[:n])
-            if not atol > 0:
-                bad[(ad == 0)] = 0.0
-        else:
-            bad = self._badness(a, e, ad, ag, ulp, ulps, S)
+        bad = self.badness_into(a, e, ad, ag, ulp, ulps, S, sc.tol[:n])
         self.acc.add_all_numeric(flat0, a64, g, d, ad, ag, ulps, bad, i_max, sc)
         return True
 
@@ -148,6 +135,23 @@ class BlockJudge:
         ulps = ad / ulp
         bad = self._badness(a, e, ad, ag, ulp, ulps, S)
         self.acc.add_numeric(flat0, where, a64, g, ad, ag, ulps, bad)
+
+    def badness_into(self, a, e, ad, ag, ulp, ulps, S, out: np.ndarray) -> np.ndarray:
+        """:meth:`_badness` of numeric elements, computed in the float64 buffer ``out`` (same
+        size) for a plain rtol/atol rule: the same operations on the same values, without
+        temporaries. Other rules take :meth:`_badness`."""
+        r = self.rule
+        if r is None or r.bitwise or r.rtol is None or (
+                r.data_atol or r.hard_bound or r.rounding_gate or (r.eval_bound and S is not None)):
+            return self._badness(a, e, ad, ag, ulp, ulps, S)
+        atol = r.atol or 0.0
+        tol = np.multiply(ag, r.rtol, out=out)
+        tol += atol
+        with np.errstate(divide="ignore", invalid="ignore"):
+            bad = np.divide(ad, tol, out=out)
+        if not atol > 0:
+            bad[(ad == 0)] = 0.0
+        return bad
 
     def _badness(self, a, e, ad, ag, ulp, ulps, S) -> np.ndarray:
         r = self.rule

@@ -17,7 +17,7 @@ import numpy as np
 from ..selfstats import top_order
 
 __all__ = ["Accumulator", "Metrics", "Element", "ULP_BIN_EXPONENTS", "ulp_bin_labels",
-           "ulp_bin_counts", "Scratch"]
+           "ulp_bin_counts", "product_sums", "Scratch"]
 
 #: ulp histogram bins: exact 0, then (2^(k-1), 2^k] for k = -1 .. 20, then > 2^20
 ULP_BIN_EXPONENTS = tuple(range(-1, 21))
@@ -58,6 +58,13 @@ def ulp_bin_counts(ulps: np.ndarray, scratch: np.ndarray | None = None) -> np.nd
     out[2:-1] = c[lo + 1:_TOP_BIASED]
     out[-1] = c[_TOP_BIASED:].sum()
     return out
+
+
+def product_sums(a: np.ndarray, g: np.ndarray, d: np.ndarray) -> tuple[float, float, float, float]:
+    """(sum d*d, sum a*g, sum a*a, sum g*g) in float64, the sums behind RMSE and cosine
+    similarity, computed the one way every path (full, screened, self statistics) takes them."""
+    return (float(np.einsum("i,i->", d, d)), float(np.einsum("i,i->", a, g)),
+            float(np.einsum("i,i->", a, a)), float(np.einsum("i,i->", g, g)))
 
 
 @dataclass
@@ -256,10 +263,11 @@ class Accumulator:
     # -- helpers -----------------------------------------------------------------------------
     def _add_sums(self, a, g, d) -> None:
         """Exact float64 sums behind RMSE and cosine similarity."""
-        self._sum_d2 += float(np.einsum("i,i->", d, d))
-        self._sum_ag += float(np.einsum("i,i->", a, g))
-        self._sum_a2 += float(np.einsum("i,i->", a, a))
-        self._sum_g2 += float(np.einsum("i,i->", g, g))
+        d2, ag, a2, g2 = product_sums(a, g, d)
+        self._sum_d2 += d2
+        self._sum_ag += ag
+        self._sum_a2 += a2
+        self._sum_g2 += g2
 
     def _add_rel(self, rel, big, ns, flat0, where, a, g, ad, ulps, bad) -> None:
         """Relative errors of the non-small elements (``big`` their mask when ``ns`` > 0):

@@ -40,7 +40,7 @@ import numpy as np
 from ..selfstats import rule_signature, top_order
 from .actuals import ArrayActual, RawFileActual
 from .floatinfo import ulp_at
-from .metrics import Element, Metrics, ulp_bin_counts
+from .metrics import Element, Metrics, product_sums, ulp_bin_counts
 from .standards import SMALL_VALUES
 
 __all__ = ["screened_metrics", "SCREEN_ELEMENTS", "DENSE_FRACTION", "SUM_SLACK"]
@@ -313,9 +313,10 @@ def _screen(stats, srule, n, dt, sv, e_small, judge, top, bits, exp, ex) -> Metr
 
 
 def _side(side, a, g, d, ad, ag, ulp, small, big, e_small, ulps=None):
-    side.d2 += float(np.einsum("i,i->", d, d))
-    side.ag += float(np.einsum("i,i->", a, g))
-    side.a2 += float(np.einsum("i,i->", a, a))
+    d2, a_g, a2, _ = product_sums(a, g, d)
+    side.d2 += d2
+    side.ag += a_g
+    side.a2 += a2
     if big.any():
         side.rel += float((ad[big] / ag[big]).sum())
     if small.any():
