@@ -217,9 +217,12 @@ def rope_grad_blocked(dy, cos, sin, x=None, mode=0, *, soc=None, with_terms=True
         d_p, c_p, s_p = d[where], c64[cwhere], s64[cwhere]
         x_p = None if xo is None else xo[where]
         dx = exact["dx"][where]
-        accs = {name: _Accumulator(sums[name][cwhere], dims) for name in reduced}
-
+        sums_p = {name: sums[name][cwhere] for name in reduced}
         plan = reducing_blocks(d_p.shape, dims, target)
+        # blocks holding the reduced axes whole: the formula block's own sums are final;
+        # otherwise running sums carried from block to block
+        accs = (None if plan is not None
+                else {name: _Accumulator(sums_p[name], dims) for name in reduced})
 
         def work(index):
             cidx = _reduced_index(index, dims)
@@ -237,10 +240,10 @@ def rope_grad_blocked(dy, cos, sin, x=None, mode=0, *, soc=None, with_terms=True
             return index, cidx, out
 
         for index, cidx, out in _ordered(work, plan or blocks(d_p.shape, target), n_threads):
-            for name in reduced:
-                if plan is not None:                     # the formula block's own sums: final
-                    accs[name].out[cidx] = out[name]
-                else:                                    # running sums, in block order
+            for name in reduced:                         # in block order
+                if accs is None:
+                    sums_p[name][cidx] = out[name]
+                else:
                     accs[name].add(index, out[name])
 
     forked.run_parts(part, parts, lambda where: [exact["dx"][where]] + [

@@ -87,14 +87,15 @@ def remove_directory(path: str | None) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _arrays(data):
-    """(group, key, array) of every array of a CaseData, sum_abs of the terms included."""
+def _entries(data, kind):
+    """(group, key, value) of every value of type ``kind`` among a CaseData's inputs, expected
+    and exact outputs and the sum_abs of its terms (group "terms")."""
     for group in ("inputs", "expected", "exact"):
         for k, v in getattr(data, group).items():
-            if isinstance(v, np.ndarray):
+            if isinstance(v, kind):
                 yield group, k, v
     for k, t in data.terms.items():
-        if isinstance(t.sum_abs, np.ndarray):
+        if isinstance(t.sum_abs, kind):
             yield "terms", k, t.sum_abs
 
 
@@ -114,7 +115,7 @@ def ship(data, directory: str | None, min_bytes: int = MIN_BYTES):
     """``data`` with its arrays moved into a file in ``directory`` (worker side); ``data``
     itself when its arrays hold fewer than ``min_bytes``, when ``directory`` is None or when
     the file cannot be written."""
-    arrays = list(_arrays(data))
+    arrays = list(_entries(data, np.ndarray))
     total = sum(a.nbytes for *_, a in arrays)
     if directory is None or total < min_bytes:
         return data
@@ -161,17 +162,7 @@ def receive(data):
         os.close(fd)
         os.unlink(path)
     values = {}
-    for group, k, slot in _slots(data):
+    for group, k, slot in _entries(data, Slot):
         count = int(np.prod(slot.shape, dtype=np.int64))
         values[group, k] = np.frombuffer(mm, slot.dtype, count, slot.offset).reshape(slot.shape)
     return dataclasses.replace(_replace(data, values), shipped_to=None)
-
-
-def _slots(data):
-    for group in ("inputs", "expected", "exact"):
-        for k, v in getattr(data, group).items():
-            if isinstance(v, Slot):
-                yield group, k, v
-    for k, t in data.terms.items():
-        if isinstance(t.sum_abs, Slot):
-            yield "terms", k, t.sum_abs
