@@ -58,6 +58,18 @@ def _golden_values(rng, kind):
     return g
 
 
+def _golden_file(tmp_path, rng, kind, dtype):
+    """(path, g, e): a golden file of one output, exact values of ``kind``, rounded to ``dtype``."""
+    g = _golden_values(rng, kind)
+    path = str(tmp_path / "g.h5")
+    return path, g, _write(path, g, dtype)
+
+
+def _self_stats(path):
+    with goldens.open(path) as gf:
+        return gf[CASE].self_stats("y")
+
+
 def _write(path, g, dtype, compression="none", cls="elementwise"):
     with np.errstate(over="ignore"):
         e = g.astype(np.float32).astype(dtype)
@@ -139,9 +151,7 @@ def _both(path, a, dname, standard="default", screened=True, **kw):
 def test_screened_equals_full_path(tmp_path, dname, gkind):
     dtype = DTYPES[dname]
     rng = np.random.default_rng(zlib.crc32(f"{dname}/{gkind}".encode()))
-    g = _golden_values(rng, gkind)
-    path = str(tmp_path / "g.h5")
-    e = _write(path, g, dtype)
+    path, g, e = _golden_file(tmp_path, rng, gkind, dtype)
     for akind in ("identical", "ulp", "gross", "fifth", "small"):
         a = _perturb(rng, g, e, dtype, akind)
         for standard in ("default", "ascend-mixed", "torch", "vendor-threshold"):
@@ -156,9 +166,7 @@ def test_screened_equals_full_path(tmp_path, dname, gkind):
 
 def test_overrides_screen_only_a_stored_rule(tmp_path):
     rng = np.random.default_rng(3)
-    g = _golden_values(rng, "normal")
-    path = str(tmp_path / "g.h5")
-    e = _write(path, g, np.float32)
+    path, g, e = _golden_file(tmp_path, rng, "normal", np.float32)
     a = _perturb(rng, g, e, np.float32, "gross")
     # the ascend-mixed numbers given as overrides: the same rule as a stored one
     _both(path, a, "float32", "torch", rtol=2.0 ** -13, atol=2.0 ** -13)
@@ -171,9 +179,7 @@ def test_self_elements_that_fail(tmp_path):
     """vendor-threshold's absolute 2^-11 on values near 1e5: rounded values themselves fail,
     so the failure count is self failures minus M's plus the actual's."""
     rng = np.random.default_rng(4)
-    g = _golden_values(rng, "large")
-    path = str(tmp_path / "g.h5")
-    e = _write(path, g, np.float32)
+    path, g, e = _golden_file(tmp_path, rng, "large", np.float32)
     with goldens.open(path) as gf:
         fails = [r["fails"] for r in gf[CASE].self_stats("y")["rules"] if r["rtol"] == 0.0]
     assert fails and fails[0] > 1000
@@ -185,11 +191,8 @@ def test_self_elements_that_fail(tmp_path):
 
 def test_errors_where_the_stored_lists_are(tmp_path):
     rng = np.random.default_rng(5)
-    g = _golden_values(rng, "normal")
-    path = str(tmp_path / "g.h5")
-    e = _write(path, g, np.float32)
-    with goldens.open(path) as gf:
-        st = gf[CASE].self_stats("y")
+    path, g, e = _golden_file(tmp_path, rng, "normal", np.float32)
+    st = _self_stats(path)
     worst = np.asarray(next(r for r in st["rules"] if r["rtol"] == 2.0 ** -13)["worst"])
     assert worst.size == TOP
     for k, screened in ((60, True), (TOP - 5, False)):
@@ -210,9 +213,7 @@ def test_errors_where_the_stored_lists_are(tmp_path):
 def test_exactly_representable_golden_ties(tmp_path):
     """Every self error is 0: the worst elements are the first by flat index on both paths."""
     rng = np.random.default_rng(6)
-    g = _golden_values(rng, "exact")
-    path = str(tmp_path / "g.h5")
-    e = _write(path, g, np.float32)
+    path, g, e = _golden_file(tmp_path, rng, "exact", np.float32)
     scr, _ = _both(path, e, "float32", "torch")
     assert [el.flat for el in scr.metrics.worst] == list(range(10))
     assert scr.metrics.max_abs.flat == 0 and scr.metrics.max_badness == 0.0
@@ -224,9 +225,7 @@ def test_exactly_representable_golden_ties(tmp_path):
 
 def test_fallbacks(tmp_path):
     rng = np.random.default_rng(7)
-    g = _golden_values(rng, "normal")
-    path = str(tmp_path / "g.h5")
-    e = _write(path, g, np.float32)
+    path, g, e = _golden_file(tmp_path, rng, "normal", np.float32)
     a = _perturb(rng, g, e, np.float32, "ulp")
     # the float32 evaluation bound with S (derived from the inputs): not covered by the lists
     S = (np.abs(g) * 2 + 0.5).reshape(SHAPE)
@@ -299,9 +298,7 @@ def test_small_outputs_get_no_self_statistics(tmp_path):
 def test_raw_files_and_compare(tmp_path):
     """A .bin and a .npy actual are mapped; compare() gives the fast=False report."""
     rng = np.random.default_rng(10)
-    g = _golden_values(rng, "normal")
-    path = str(tmp_path / "g.h5")
-    e = _write(path, g, BF16)
+    path, g, e = _golden_file(tmp_path, rng, "normal", BF16)
     a = _perturb(rng, g, e, BF16, "gross")
     d = tmp_path / "out" / CASE
     d.mkdir(parents=True)
@@ -317,9 +314,7 @@ def test_raw_files_and_compare(tmp_path):
 
 def test_raw_extents_are_the_stored_bytes(tmp_path):
     rng = np.random.default_rng(11)
-    g = _golden_values(rng, "normal")
-    path = str(tmp_path / "g.h5")
-    e = _write(path, g, BF16)
+    path, g, e = _golden_file(tmp_path, rng, "normal", BF16)
     with open(path, "rb") as fh:
         raw = fh.read()
     with goldens.open(path) as gf:
@@ -336,11 +331,8 @@ def test_raw_extents_are_the_stored_bytes(tmp_path):
 def test_self_lists_are_the_top_elements(tmp_path):
     """The stored lists against a sort of every element by Python tuples."""
     rng = np.random.default_rng(12)
-    g = _golden_values(rng, "small")
-    path = str(tmp_path / "g.h5")
-    e = _write(path, g, np.float16)
-    with goldens.open(path) as gf:
-        st = gf[CASE].self_stats("y")
+    path, g, e = _golden_file(tmp_path, rng, "small", np.float16)
+    st = _self_stats(path)
     ad = np.abs(e.astype(np.float64) - g)
     small = np.abs(g) < 2.0 ** -11
     want = sorted(range(N), key=lambda i: (-ad[i], i))[:TOP]
@@ -370,9 +362,7 @@ def test_every_standard_is_judged(tmp_path):
     """compare() on a golden file under every standard: the screened path where it applies,
     the same verdicts as fast=False."""
     rng = np.random.default_rng(14)
-    g = _golden_values(rng, "normal")
-    path = str(tmp_path / "g.h5")
-    e = _write(path, g, np.float16)
+    path, g, e = _golden_file(tmp_path, rng, "normal", np.float16)
     a = _perturb(rng, g, e, np.float16, "gross")
     d = tmp_path / "out" / CASE
     d.mkdir(parents=True)
@@ -389,9 +379,7 @@ def test_every_standard_is_judged(tmp_path):
 def test_contiguous_storage(tmp_path):
     """Datasets stored contiguous (one extent, split into steps) are screened too."""
     rng = np.random.default_rng(15)
-    g = _golden_values(rng, "normal")
-    path = str(tmp_path / "g.h5")
-    e = _write(path, g, np.float32)
+    path, g, e = _golden_file(tmp_path, rng, "normal", np.float32)
     with h5py.File(path, "r+") as f:
         for sub, data in (("expected", e), ("exact", g)):
             grp = f[f"cases/{CASE}/{sub}"]
