@@ -260,7 +260,7 @@ class GoldenCase:
         from .selfstats import loads
         if name not in self.expected:
             return None
-        return loads(self.expected[name]._ds.attrs.get("self_stats"))
+        return loads(self.expected[name].attrs.get("self_stats"))
 
     def __repr__(self):
         return f"<GoldenCase {self.case_id} op={self.op}>"
