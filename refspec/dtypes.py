@@ -89,9 +89,10 @@ def round_to_odd_float32(x: np.ndarray) -> np.ndarray:
 def round_to(x: np.ndarray, dtype) -> np.ndarray:
     """Round float64 values once, to nearest with ties to even, to ``dtype``.
 
-    float32 and float16 conversions of NumPy are single correct roundings. ml_dtypes goes
-    float64 -> float32 -> bfloat16, rounding twice (1 + 2^-8 + 2^-30 would become 1, not
-    1 + 2^-7), so bfloat16 is reached through float32 rounded to odd.
+    float32 and float16 conversions of NumPy are single correct roundings. Going float64 ->
+    float32 -> bfloat16 rounds twice (1 + 2^-8 + 2^-30 would become 1, not 1 + 2^-7), and older
+    ml_dtypes releases convert float64 that way, so bfloat16 is reached through float32 rounded
+    to odd, which is correct whatever the ml_dtypes version.
     """
     dt = resolve_dtype(dtype)
     x = np.asarray(x, dtype=np.float64)
