@@ -43,7 +43,7 @@ import time
 
 import numpy as np
 
-from refspec.dtypes import resolve_dtype
+from refspec.spec.dtypes import resolve_dtype
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -65,8 +65,8 @@ def write_pair(d: str, n_log2: float, dtype: str = "float32") -> tuple[str, str,
     import refspec.goldens as goldens
     import refspec.selfstats as selfstats
     from refspec._version import __version__
-    from refspec.goldens_format import chunk_shape, compression_filters, encode_array
-    from refspec.goldens_write import append_index, create_golden_file, require_case_parent
+    from refspec.goldens.format import chunk_shape, compression_filters, encode_array
+    from refspec.goldens.write import append_index, create_golden_file, require_case_parent
     from refspec.selfstats import SelfStatsBuilder
 
     B, N, D = 8, 32, 128
@@ -131,7 +131,7 @@ def child(kind: str, golden: str, actual: str, dtype: str) -> dict:
     if kind in ("compare", "reference", "dense"):
         import dataclasses
 
-        from refspec.compare import compare
+        from refspec.comparator import compare
         if kind == "dense":
             actual = os.path.join(os.path.dirname(actual), "dense")
         report = compare(golden, actual, fast=kind != "reference")

@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 import refspec.goldens as goldens
-from refspec.goldens_example import nrc_backward_case, rope_grad_case
+from refspec.goldens.example import nrc_backward_case, rope_grad_case
 
 SETTINGS = [  # (label, compression, shuffle)
     ("none", "none", False),

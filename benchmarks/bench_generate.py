@@ -39,8 +39,8 @@ import numpy as np
 
 import refspec
 from refspec import blocked
-from refspec.cases import build_case, draw_inputs
-from refspec.sweep import Case, _case_params
+from refspec.goldens.cases import build_case, draw_inputs
+from refspec.goldens.sweep import Case, _case_params
 
 ROPE_VALUES = dict(soc="A2", mode="half", layout="BNSD", cos="11SD", dtype="float32", x=True,
                    dist="random", fault="none")
@@ -170,8 +170,8 @@ PEAK_SCRIPT = r"""
 import json, os, sys, tempfile, tracemalloc
 import numpy as np
 import refspec.goldens as goldens
-from refspec.cases import build_case
-from refspec.sweep import Case, _case_params
+from refspec.goldens.cases import build_case
+from refspec.goldens.sweep import Case, _case_params
 op, values, shape = json.loads(sys.argv[1])
 p = _case_params(op, values, shape)
 case = Case(op + "/peak", op, p, 2024)

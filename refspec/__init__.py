@@ -10,30 +10,32 @@ Pure NumPy functions that mirror the documented formulas line by line (see ``doc
 All arithmetic is float64 on the exact inputs; outputs are rounded once (half to even) to the
 documented dtype, or returned exact with ``out_dtype=np.float64``. ``soc="A2"|"A3"|"950"`` adds a
 chip profile's validation; rejected arguments raise :class:`AclnnError` subclasses.
+
+``import refspec`` loads the specification alone (:mod:`refspec.spec`, NumPy and ml_dtypes). The
+layers above it load when first used: ``refspec.compare(golden, actual)`` (the comparator),
+``refspec.ops``, ``refspec.goldens``, ``refspec.comparator``, ``refspec.testing``.
 """
 
-from ._version import __version__
-from .dtypes import bfloat16, round_to
-from .enums import ConcatOrder, NormType, RopeMode, RopeType, SOCS
-from .errors import (AclnnError, InferShapeError, InnerNullptrError, ParamInvalidError,
-                     ParamNullptrError, TilingError)
-from .layouts import LAYOUTS, LayoutInference, cos_pattern, from_layout, infer_layout, to_layout
-from .negmask import Half, Interleave, negMask
-from .norm_rope_concat import (NormRopeConcatGrads, NormRopeConcatOutputs, norm_rope_concat,
-                               norm_rope_concat_backward)
-from .reduce import sum_to_shape
-from .rope import rotary_position_embedding, rotary_position_embedding_grad
-from .compare import compare  # noqa: E402  (the function; the subpackage stays importable by name)
+import importlib
 
-__all__ = [
-    "__version__",
-    "rotary_position_embedding", "rotary_position_embedding_grad",
-    "norm_rope_concat", "norm_rope_concat_backward", "compare",
-    "NormRopeConcatOutputs", "NormRopeConcatGrads",
-    "AclnnError", "ParamNullptrError", "ParamInvalidError", "InferShapeError", "TilingError",
-    "InnerNullptrError",
-    "RopeMode", "NormType", "RopeType", "ConcatOrder", "SOCS",
-    "LAYOUTS", "LayoutInference", "infer_layout", "to_layout", "from_layout", "cos_pattern",
-    "Interleave", "Half", "negMask",
-    "bfloat16", "round_to", "sum_to_shape",
-]
+from ._version import __version__
+from .spec import *  # noqa: F401,F403  (the public spec API, listed in refspec.spec.__all__)
+from .spec import __all__ as _spec_all
+
+__all__ = ["__version__", "compare", *_spec_all]
+
+#: layers above the spec, imported on first use (PEP 562)
+_LAZY_MODULES = ("ops", "goldens", "comparator", "testing", "cli")
+
+
+def __getattr__(name):
+    if name == "compare":
+        from .comparator import compare
+        return compare
+    if name in _LAZY_MODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | {"compare", *_LAZY_MODULES})

@@ -15,9 +15,9 @@ A failure raises ``AssertionError`` whose first line is the message of the faili
 
 from __future__ import annotations
 
-from .compare import compare
-from .compare.report import Report
-from .compare.spec_case import spec_case
+from .comparator import compare
+from .comparator.memory_case import spec_case
+from .comparator.report import Report
 
 __all__ = ["assert_matches_golden", "assert_allclose_to_spec"]
 

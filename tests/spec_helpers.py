@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import refspec
-from refspec.nrc_checks import STREAMS
+from refspec.spec.nrc_checks import STREAMS
 
 #: logical sizes used to lay problems out (all distinct, so a swapped axis cannot hide)
 B, N, S = 2, 3, 5
@@ -30,7 +30,7 @@ KEEP_3D = tuple(itertools.product((False, True), repeat=2))
 
 def full_shape(layout: str, D: int, b: int = B, n: int = N, s: int = S) -> tuple[int, ...]:
     """Shape of a (b, n, s, D) problem in ``layout`` (TND packs b*s tokens)."""
-    return refspec.layouts.layout_shape(layout, b, n, s, D)
+    return refspec.spec.layouts.layout_shape(layout, b, n, s, D)
 
 
 def cos_shape(shape, keep) -> tuple[int, ...]:
@@ -55,6 +55,23 @@ def rope_cases(D: int):
 def rope_case_params(D: int):
     return [pytest.param(layout, shape, cshape, id=f"{layout}-{label}")
             for layout, shape, cshape, label in rope_cases(D)]
+
+
+def bits(a) -> np.ndarray:
+    """The raw bits of a float array (so that -0.0 and 0.0, or NaN payloads, differ)."""
+    a = np.ascontiguousarray(a)
+    return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
+
+
+def nasty(rng, shape, dtype=np.float32) -> np.ndarray:
+    """Values whose sums depend on their order: a wide dynamic range, signed zeros and exact
+    cancellations, in ``dtype``."""
+    span = 25 if np.dtype(dtype) in (np.float32, np.float64) else 5
+    a = (rng.standard_normal(shape) * np.exp(rng.uniform(-span, span, shape))).astype(dtype)
+    flat = a.reshape(-1)
+    flat[::7] = -0.0
+    flat[3::11] = 0.0
+    return a
 
 
 def inner(a, b) -> float:

@@ -11,8 +11,9 @@ import xml.etree.ElementTree as ET
 import pytest
 
 import refspec.goldens as goldens
-from refspec.export import export
-from refspec.goldens_example import nrc_backward_case, rope_grad_case
+from refspec import ops
+from refspec.goldens.export import export_cases as export
+from refspec.goldens.example import nrc_backward_case, rope_grad_case
 
 
 def refspec_cli(*args, cwd=None):
@@ -36,14 +37,13 @@ def setup(tmp_path_factory):
             for n in case.output_names:
                 a = case.expected[n][()]
                 bits = a.view(f"u{a.itemsize}")
-                from refspec.names import output_file
-                bits.tofile(good.joinpath(*case.case_id.split("/"), output_file(n, case.op)))
+                bits.tofile(good.joinpath(*case.case_id.split("/"), ops.get(case.op).output_file(n)))
                 if n == "dx":
                     a = a.copy()
                     a[1, 0, 3, 2] += 1
                 if n == "grad_key":
                     continue
-                a.view(f"u{a.itemsize}").tofile(bad.joinpath(*case.case_id.split("/"), output_file(n, case.op)))
+                a.view(f"u{a.itemsize}").tofile(bad.joinpath(*case.case_id.split("/"), ops.get(case.op).output_file(n)))
     return d, g, good, bad
 
 
@@ -114,8 +114,8 @@ def test_override_shown_and_case_filter(setup):
 
 
 def test_html_without_matplotlib_still_renders(setup, tmp_path, monkeypatch):
-    from refspec.compare import compare
-    from refspec.compare import render_html
+    from refspec.comparator import compare
+    from refspec.comparator import render_html
     d, g, _, bad = setup
     report = compare(str(g), str(bad), heatmaps=True)
     monkeypatch.setattr(render_html, "_pyplot", lambda: None)

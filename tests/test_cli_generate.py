@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 import refspec.goldens as goldens
-from refspec.cases import probe
+from refspec.goldens.cases import probe
 from refspec.cli import main
-from refspec.sweep import load_sweep
+from refspec.goldens.sweep import load_sweep
 
 TINY = """
 name = "tiny"

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 import refspec
 import refspec.goldens as goldens
 from refspec.cli import main
-from refspec.goldens_example import nrc_backward_case, rope_grad_case
+from refspec.goldens.example import nrc_backward_case, rope_grad_case
 
 SWEEP = dict(sweep_name="cli", sweep_definition='name = "cli"\nseed = 9\n', sweep_seed=9)
 RG = "rope_grad/mode=half/dtype=bfloat16/B2N4S16D32"
@@ -78,7 +78,7 @@ def test_show_case(golden):
     assert "2x4x16x32" in dy and "bfloat16" in dy and "8.0 KiB" in dy and " none" in dy
     dcos = next(line for line in out.splitlines() if line.strip().startswith("dcos "))
     assert "class=reduction K=8 axes=BNSD sum_abs=yes" in dcos
-    assert "regenerate:        refspec.goldens_example.rope_grad_case(" in out
+    assert "regenerate:        refspec.goldens.example.rope_grad_case(" in out
     neg = run("show", golden, NEG).stdout
     assert "expected error:    561002 ACLNN_ERR_INNER_TILING_ERROR: mode: 2 has no kernel on A2" in neg
     data = json.loads(run("show", golden, NRC, "--json").stdout)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import implementations as impl
-from refspec.compare import compare
+from refspec.comparator import compare
 from test_compare_correct import nrc_cases, rope_cases
 
 #: spec/tolerances.md, Ascend mixed tolerance (rtol = atol)

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import refspec
-from refspec.compare import compare, spec_case
-from refspec.dtypes import round_to
+from refspec.comparator import compare, spec_case
+from refspec.spec.dtypes import round_to
 
 import implementations as impl
 
@@ -174,8 +174,8 @@ def test_correct_implementation_is_not_just_the_golden():
 # --- the built-in sweeps ------------------------------------------------------------------------
 
 def _sweep_golden(tmp_path_factory, name):
-    from refspec.generate import generate
-    from refspec.sweep import builtin_sweeps, load_sweep
+    from refspec.goldens.engine import generate
+    from refspec.goldens.sweep import builtin_sweeps, load_sweep
     if name not in builtin_sweeps():
         pytest.skip(f"the {name} sweep is not in this tree")
     sweep = load_sweep(name)

@@ -13,13 +13,13 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from refspec.compare import resolve_rule
-from refspec.compare.actuals import ArrayActual
-from refspec.compare.judge import JudgeOptions, judge_output
-from refspec.compare.metrics import ULP_BIN_EXPONENTS, ulp_bin_counts
-from refspec.compare.spec_case import MemoryCase
-from refspec.compare.standards import STANDARD_NAMES
-from refspec.terms import OutputTerms
+from refspec.comparator import resolve_rule
+from refspec.comparator.actuals import ArrayActual
+from refspec.comparator.judge import JudgeOptions, judge_output
+from refspec.comparator.metrics import ULP_BIN_EXPONENTS, ulp_bin_counts
+from refspec.comparator.memory_case import MemoryCase
+from refspec.comparator.standards import STANDARD_NAMES
+from refspec.spec.terms import OutputTerms
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 N = 4700 * 43                     # several compute steps of 2^16, the last one partial
@@ -158,8 +158,8 @@ def test_ulp_bin_counts_against_frexp():
 def test_compare_fast_flag_same_report_on_a_spec_case(dtype, bug):
     """Through the public API, on a RoPE grad case computed by the spec (dx elementwise with the
     evaluation bound, dcos/dsin reductions with S), judged against a device-like kernel."""
-    from refspec.compare import compare
-    from refspec.compare.spec_case import spec_case
+    from refspec.comparator import compare
+    from refspec.comparator.memory_case import spec_case
     from implementations import rope_grad
 
     rng = np.random.default_rng(3)
@@ -181,7 +181,7 @@ def test_compare_fast_flag_same_report_on_a_spec_case(dtype, bug):
 
 @pytest.mark.parametrize("drop", [[0], [9], [0, 1], [3, 4, 5], [0, 9], [2, 7], list(range(10))])
 def test_drop_few_equals_boolean_selection(drop):
-    from refspec.compare.metrics import _drop
+    from refspec.comparator.metrics import _drop
     x = np.arange(10.0) * 1.5
     keep = np.ones(10, bool)
     keep[drop] = False

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import refspec.goldens as goldens
-from refspec.compare import compare
-from refspec.export import export
-from refspec.goldens_example import nrc_backward_case, rope_grad_case
+from refspec.comparator import compare
+from refspec.goldens.export import export_cases as export
+from refspec.goldens.example import nrc_backward_case, rope_grad_case
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -133,7 +133,7 @@ def test_hdf5_of_another_implementation(golden, tmp_path):
                       distribution=case.distribution, inputs={n: case.inputs[n][()] for n in case.input_names},
                       expected=exp, exact={n: case.exact[n][()] for n in case.output_names},
                       axes={n: case.output_meta(n)["axes"] for n in case.output_names})
-            from refspec.terms import OutputTerms
+            from refspec.spec.terms import OutputTerms
             kw["terms"] = {n: OutputTerms(case.output_meta(n)["comparison_class"],
                                           case.output_meta(n)["reduced_terms"],
                                           case.sum_abs[n][()] if n in case.sum_abs else None)
@@ -218,7 +218,7 @@ def test_msprobe_pt_dump(golden, tmp_path):
 
 
 def test_unusable_arguments_raise(golden, tmp_path):
-    from refspec.compare import CompareUsageError, MappingError
+    from refspec.comparator import CompareUsageError, MappingError
     with pytest.raises(CompareUsageError):
         compare(golden, str(tmp_path / "nothere"))
     (tmp_path / "dump" / "step0" / "rank0").mkdir(parents=True)

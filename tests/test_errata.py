@@ -12,8 +12,8 @@ import pytest
 
 import refspec
 from refspec import Half, Interleave, ParamNullptrError, TilingError, negMask
-from refspec.negmask import seed_rope_grad_half, seed_rope_grad_interleave
-from refspec.terms import norm_rope_concat_backward_terms
+from refspec.spec.negmask import seed_rope_grad_half, seed_rope_grad_interleave
+from refspec.spec.terms import norm_rope_concat_backward_terms
 from spec_helpers import assert_aclnn
 
 F64 = np.float64

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import refspec
-from refspec.dtypes import resolve_dtype
+from refspec.spec.dtypes import resolve_dtype
 from spec_helpers import NRC_STREAMS
 
 SETTINGS = settings(max_examples=200, deadline=None, derandomize=True, database=None,

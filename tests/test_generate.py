@@ -12,11 +12,10 @@ import pytest
 
 import refspec
 import refspec.goldens as goldens
-from refspec import transfer
-from refspec.errors import AclnnError
-from refspec.generate import GenerateError, check_expectations, generate
-from refspec.sweep import load_sweep, parse_sweep, shard
-from refspec.terms import (norm_rope_concat_backward_terms, norm_rope_concat_terms,
+from refspec.spec.errors import AclnnError
+from refspec.goldens.engine import GenerateError, check_expectations, generate
+from refspec.goldens.sweep import load_sweep, parse_sweep, shard
+from refspec.spec.terms import (norm_rope_concat_backward_terms, norm_rope_concat_terms,
                            rope_grad_terms, rope_terms)
 
 
@@ -194,27 +193,12 @@ def test_one_case_regenerates_alone_with_identical_bits(golden, smoke, selection
         assert list(alone) == [c.id] and alone[c.id] == content[c.id]
 
 
-@pytest.mark.parametrize("transport", ["shared files", "pickles"])
-def test_jobs_do_not_change_the_content(golden, smoke, selection, tmp_path, monkeypatch,
-                                        transport):
-    made = []
-    real = transfer.shared_directory
-
-    def directory(nbytes):
-        made.append(real(nbytes) if transport == "shared files" else None)
-        return made[-1]
-
-    monkeypatch.setattr(transfer, "shared_directory", directory)
-    monkeypatch.setattr(transfer, "MIN_BYTES", 0)        # every case through a file
+def test_jobs_do_not_change_the_content(golden, smoke, selection, tmp_path):
     out = tmp_path / "jobs2.h5"
     generate(smoke, selection, out, jobs=2)
     assert file_content(out) == file_content(golden)
     with goldens.open(out) as gf:
         assert gf.case_ids() == [c.id for c in selection]       # written in case order
-    if transport == "shared files":
-        if made[0] is None:
-            pytest.skip("no memory file system here: cases were pickled")
-        assert not os.path.exists(made[0])                     # nothing left behind
 
 
 def test_shards_merged_equal_the_unsharded_file(golden, smoke, selection, tmp_path):
@@ -278,7 +262,7 @@ def test_force_replaces_and_seed_changes_the_data(smoke, selection, tmp_path):
 
 
 def test_special_distribution_stays_finite(smoke):
-    from refspec.cases import build_case
+    from refspec.goldens.cases import build_case
     for c in smoke.cases("all")[::7]:
         if c.params["distribution"] != "special":
             continue

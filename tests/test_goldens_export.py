@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import refspec
-import refspec.export as export_mod
+import refspec.goldens.export as export_mod
 import refspec.goldens as goldens
-from refspec.export import ExportError, export
-from refspec.goldens_example import nrc_backward_case, rope_grad_case
+from refspec.goldens.export import ExportError, export_cases as export
+from refspec.goldens.example import nrc_backward_case, rope_grad_case
 
 SWEEP = dict(sweep_name="exp", sweep_definition="", sweep_seed=1)
 ROPE_ID = "rope_grad/mode=half/layout=BNSD/cos=11SD/dtype=bfloat16/x=1/B2N4S16D32"

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import refspec.goldens as goldens
-from refspec.goldens_example import rope_grad_case
+from refspec.goldens.example import rope_grad_case
 
 SWEEP = dict(sweep_name="m", sweep_definition="[axes]\nmode = [0, 1]\n", sweep_seed=5)
 IDS = [f"rope_grad/mode={m}/S={s}" for m in (0, 1) for s in (4, 8)]

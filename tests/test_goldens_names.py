@@ -1,4 +1,4 @@
-"""The Python <-> aclnn tensor-name table against the spec functions' signatures."""
+"""The operator records' names against the spec functions' signatures and the vendor files."""
 
 import inspect
 import re
@@ -6,45 +6,63 @@ import re
 import pytest
 
 import refspec
-from refspec import names
-
-ATTRS = {"mode", "norm_type", "norm_added_type", "rope_type", "concat_order", "eps",
-         "is_training", "soc", "out_dtype"}
+from refspec import ops
 
 
-@pytest.mark.parametrize("op", sorted(names.ACLNN_OPERATORS))
-def test_inputs_are_exactly_the_spec_parameters_in_order(op):
-    params = [p for p in inspect.signature(getattr(refspec, op)).parameters if p not in ATTRS]
-    assert list(names.INPUTS[op]) == params
+@pytest.mark.parametrize("op", ops.ids())
+def test_inputs_and_attributes_are_exactly_the_spec_parameters_in_order(op):
+    record = ops.get(op)
+    params = [p for p in inspect.signature(record.spec).parameters if p not in ("soc", "out_dtype")]
+    assert list(record.input_names) + list(record.attributes) == params
+    assert record.spec is getattr(refspec, record.function)
 
 
 def test_outputs_are_exactly_the_spec_outputs():
-    assert list(names.OUTPUTS["norm_rope_concat"]) == list(refspec.NormRopeConcatOutputs._fields)
-    assert list(names.OUTPUTS["norm_rope_concat_backward"]) == list(refspec.NormRopeConcatGrads._fields)
-    assert list(names.OUTPUTS["rotary_position_embedding_grad"]) == ["dx", "dcos", "dsin"]
-    assert list(names.OUTPUTS["rotary_position_embedding"]) == ["y"]
+    assert ops.get("nrc").output_names == refspec.NormRopeConcatOutputs._fields
+    assert ops.get("nrc_grad").output_names == refspec.NormRopeConcatGrads._fields
+    assert ops.get("rope_grad").output_names == ("dx", "dcos", "dsin")
+    assert ops.get("rope").output_names == ("y",)
+
+
+def test_three_names_each():
+    assert [o.names for o in ops.OPERATORS.values()] == [
+        ("rope_grad", "rotary_position_embedding_grad", "aclnnRotaryPositionEmbeddingGrad"),
+        ("rope", "rotary_position_embedding", "aclnnRotaryPositionEmbedding"),
+        ("nrc_grad", "norm_rope_concat_backward", "aclnnNormRopeConcatBackward"),
+        ("nrc", "norm_rope_concat", "aclnnNormRopeConcat")]
+    for record in ops.OPERATORS.values():
+        assert all(ops.get(name) is record for name in record.names)
+    with pytest.raises(KeyError, match="unknown operator"):
+        ops.get("rope_grad_v2")
 
 
 def test_aclnn_names_are_camel_case_and_invertible():
-    for op in names.ACLNN_OPERATORS:
-        for py, acl in {**names.INPUTS[op], **names.OUTPUTS[op]}.items():
+    for record in ops.OPERATORS.values():
+        for t in record.inputs + record.outputs:
+            py, acl = t.name, t.aclnn
             assert acl == re.sub(r"_([a-z])", lambda m: m.group(1).upper(), py)
-            assert names.python_name(acl, op) == py and names.aclnn_name(py, op) == acl
-            assert names.python_name(py, op) == py
+            assert record.python_name(acl) == py and record.aclnn_name(py) == acl
+            assert record.python_name(py) == py
 
 
 def test_vendor_file_names():
-    op = "norm_rope_concat_backward"
-    assert [names.input_file(n, op) for n in ("grad_query_output", "query", "norm_query_mean",
-                                              "rope_sin")] == \
+    op = ops.get("norm_rope_concat_backward")
+    assert [op.input_file(n) for n in ("grad_query_output", "query", "norm_query_mean",
+                                       "rope_sin")] == \
         ["gradQueryOutput.bin", "query.bin", "normQueryMean.bin", "ropeSin.bin"]
-    assert names.golden_file("grad_query", op) == "golden_gradQuery.bin"
-    assert names.golden_file("grad_norm_query_weight", op) == "golden_gradNormQueryWeight.bin"
-    assert names.output_file("grad_query", op, "npy") == "gradQuery.npy"
-    rg = "rotary_position_embedding_grad"
-    assert [names.input_file(n, rg) for n in ("dy", "cos", "sin", "x")] == \
-        ["dy.bin", "cos.bin", "sin.bin", "x.bin"]
-    assert names.golden_file("dcos", rg) == "golden_dcos.bin" and names.output_file("dx", rg) == "dx.bin"
-    assert names.python_name("xOptional", rg) == "x" and names.python_name("dxOut") == "dx"
+    assert op.golden_file("grad_query") == "golden_gradQuery.bin"
+    assert op.golden_file("grad_norm_query_weight") == "golden_gradNormQueryWeight.bin"
+    assert op.output_file("grad_query", "npy") == "gradQuery.npy"
+    rg = ops.get("rotary_position_embedding_grad")
+    assert [rg.input_file(n) for n in ("dy", "cos", "sin", "x")] == ["dy.bin", "cos.bin", "sin.bin", "x.bin"]
+    assert rg.golden_file("dcos") == "golden_dcos.bin" and rg.output_file("dx") == "dx.bin"
+    assert rg.python_name("xOptional") == "x" and rg.python_name("dxOut") == "dx"
+    assert rg.file_stems("dx") == ["dx", "dxOut"]
     with pytest.raises(KeyError, match="unknown tensor name"):
-        names.python_name("gradBogus", op)
+        op.python_name("gradBogus")
+
+
+def test_registering_checks_names():
+    record = ops.get("rope")
+    with pytest.raises(ValueError, match="taken"):
+        ops.register(record)

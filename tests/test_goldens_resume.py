@@ -11,7 +11,7 @@ import pytest
 
 import refspec
 import refspec.goldens as goldens
-from refspec.goldens_example import rope_grad_case
+from refspec.goldens.example import rope_grad_case
 
 SWEEP = dict(sweep_name="resume", sweep_definition="[axes]\nmode = [0, 1]\n", sweep_seed=11)
 CASES = [(f"rope_grad/mode={m}/dtype={d}", dict(mode=m, dtype=d, seed=10 * m + i))

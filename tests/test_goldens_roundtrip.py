@@ -9,7 +9,7 @@ import pytest
 
 import refspec
 import refspec.goldens as goldens
-from refspec.goldens_example import nrc_backward_case, rope_grad_case
+from refspec.goldens.example import nrc_backward_case, rope_grad_case
 
 SWEEP = dict(sweep_name="unit", sweep_definition='name = "unit"\n', sweep_seed=7)
 
@@ -59,7 +59,7 @@ def test_every_dtype_round_trips_bit_exact(tmp_path, compression):
             assert got.dtype == a.dtype and lazy.dtype == a.dtype and got.shape == a.shape
             assert np.array_equal(bits_of(got), bits_of(a)), name
             assert lazy.nbytes == a.nbytes
-            assert lazy.attrs["dtype"] == refspec.dtypes.dtype_name(a.dtype)
+            assert lazy.attrs["dtype"] == refspec.spec.dtypes.dtype_name(a.dtype)
         raw = gf.h5["cases/c/1/inputs/bf16"]
         assert raw.dtype == np.uint16 and raw.attrs["encoding"] == "bfloat16-bits"
         assert raw.attrs["dtype"] == "bfloat16"
@@ -179,7 +179,7 @@ def test_lazy_slices_blocks_and_asarray(tmp_path):
 
 
 def test_chunks_are_c_order_row_blocks():
-    from refspec.goldens_format import chunk_shape
+    from refspec.goldens.format import chunk_shape
     assert chunk_shape((8, 16, 512, 128), 4) == (1, 4, 512, 128)
     assert chunk_shape((2, 3), 8, min_bytes=0) == (2, 3)
     assert chunk_shape((2, 3), 8) is None                  # small: contiguous

@@ -6,8 +6,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from refspec.dtypes import bfloat16, round_to
-from refspec.inputs import (DISTRIBUTIONS, draw, draw_tables, position_code, position_decode,
+from refspec.spec.dtypes import bfloat16, round_to
+from refspec.ops.sampling import (DISTRIBUTIONS, NRC_VENDOR, draw, draw_tables, position_code, position_decode,
                             position_period, rotary_angles)
 
 DTYPES = [np.dtype(np.float16), bfloat16, np.dtype(np.float32)]
@@ -82,7 +82,7 @@ def test_vendor_element_table_has_a_distinct_frequency_per_element():
     pos = np.arange(6.0)[:, None]
     angles = rotary_angles(pos, 8, "element")
     assert np.array_equal(angles, pos / 10000.0 ** (np.arange(8) / 8))
-    c, _ = draw_tables("vendor", (6, 8), np.float32, 0, positions=pos, family="nrc")
+    c, _ = draw_tables("vendor", (6, 8), np.float32, 0, positions=pos, vendor=NRC_VENDOR)
     assert np.array_equal(c, np.cos(angles).astype(np.float32))
 
 
@@ -92,7 +92,7 @@ def test_vendor_ranges():
     c, s = (f64(t) for t in draw_tables("vendor", (200000, 2), np.float32, 1))
     assert -3 <= c.min() < -2.99 and 3.99 < c.max() <= 4
     assert -4 <= s.min() < -3.99 and 4.99 < s.max() <= 5
-    q = f64(draw("vendor", "data", (200000,), np.float32, 1, "query", family="nrc"))
+    q = f64(draw("vendor", "data", (200000,), np.float32, 1, "query", vendor=NRC_VENDOR))
     assert abs(q.mean() + 5) < 0.1 and abs(q.std() - 10) < 0.1
 
 

@@ -95,7 +95,7 @@ def test_tnd_cannot_share_cos_over_s_per_batch():
 def test_to_from_layout_round_trip(rng, layout):
     a = rng.standard_normal(LOGICAL)
     laid = refspec.to_layout(a, layout)
-    assert laid.shape == refspec.layouts.layout_shape(layout, *LOGICAL)
+    assert laid.shape == refspec.spec.layouts.layout_shape(layout, *LOGICAL)
     np.testing.assert_array_equal(refspec.from_layout(laid, layout, batch=B), a)
 
 

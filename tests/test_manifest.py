@@ -11,9 +11,9 @@ import os
 
 import pytest
 
-from refspec.generate import generate
-from refspec.manifest import compare, file_manifest, memory_manifest
-from refspec.sweep import load_sweep
+from refspec.goldens.engine import generate
+from refspec.goldens.manifest import compare, file_manifest, memory_manifest
+from refspec.goldens.sweep import load_sweep
 
 MANIFEST = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         "goldens", "smoke.manifest.json")

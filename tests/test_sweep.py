@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from refspec.sweep import (Constraint, ExprError, SweepError, case_seed, load_sweep,
+from refspec.goldens.sweep import (Constraint, ExprError, SweepError, case_seed, load_sweep,
                            normalize_filter, parse_shard, parse_sweep, select_cases, shard)
 
 BASE = """

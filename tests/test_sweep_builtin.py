@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-from refspec.cases import probe
-from refspec.generate import check_expectations
-from refspec.sweep import BUILTIN_SWEEPS, builtin_sweeps, load_sweep
+from refspec.goldens.cases import probe
+from refspec.goldens.engine import check_expectations
+from refspec.goldens.sweep import BUILTIN_SWEEPS, builtin_sweeps, load_sweep
 
 A2_PATTERNS = {"half": {"BNSD": {"11SD", "B1SD", "BNSD"}, "BSND": {"1S1D", "BS1D", "BSND"},
                         "SBND": {"S11D", "SB1D", "SBND"}, "TND": {"T1D", "TND"}},

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import refspec
-from refspec.terms import (COPY, ELEMENTWISE, REDUCTION, ROW_REDUCTION, norm_rope_concat_backward_terms,
+from refspec.spec.terms import (COPY, ELEMENTWISE, REDUCTION, ROW_REDUCTION, norm_rope_concat_backward_terms,
                            norm_rope_concat_terms, rope_grad_terms, rope_terms)
 from spec_helpers import NRC_ATTRS, NRC_STREAMS, attrs_dict, nrc_backward_kwargs, nrc_forward_inputs, \
     rope_case_params

@@ -7,9 +7,9 @@ import pytest
 
 import refspec
 import refspec.goldens as goldens
-from refspec.compare import compare
-from refspec.dtypes import round_to
-from refspec.goldens_example import rope_grad_case
+from refspec.comparator import compare
+from refspec.spec.dtypes import round_to
+from refspec.goldens.example import rope_grad_case
 from refspec.testing import assert_allclose_to_spec, assert_matches_golden
 
 import implementations as impl

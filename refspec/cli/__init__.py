@@ -1,0 +1,68 @@
+"""The ``refspec`` command line (click), the top layer: it parses arguments, calls the layers
+below and formats their errors (docs/architecture.md).
+
+Each module holds a few commands and registers them on :data:`main`. Every user error ends the
+same way: one line on stderr starting with ``refspec: error:``, exit code 2, no traceback
+(raise :class:`~refspec.cli.errors.CliError`, or let an :class:`~refspec.spec.errors.AclnnError`
+or ``OSError`` escape a command).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .._version import __version__
+from ..spec.errors import AclnnError
+from . import compare, generate, store
+from .errors import CliError, fail
+
+__all__ = ["CliError", "main", "fail"]
+
+
+def _one_line(message: str) -> str:
+    return " ".join(str(message).split())
+
+
+class RefspecGroup(click.Group):
+    """A click group whose errors are one line on stderr and whose commands may return an exit
+    code (the comparator returns 1 when something fails)."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
+                              standalone_mode=False, **extra)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("refspec: error: aborted", err=True)
+            sys.exit(130)
+        except click.ClickException as exc:
+            click.echo(f"refspec: error: {_one_line(exc.format_message())}", err=True)
+            sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
+        except AclnnError as exc:
+            click.echo(f"refspec: error: {_one_line(f'{exc} (aclnn {exc.code} {exc.status})')}", err=True)
+            sys.exit(2)
+        except OSError as exc:
+            where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+            click.echo(f"refspec: error: {_one_line(where + (exc.strerror or str(exc)))}", err=True)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            click.echo("refspec: error: interrupted", err=True)
+            sys.exit(130)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+@click.group(cls=RefspecGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="refspec")
+def main():
+    """refspec: reference data for Ascend RoPE / NormRopeConcat backward kernels.
+
+    Generate HDF5 golden sets from the executable NumPy specification, inspect and export them,
+    and judge a kernel's outputs against them.
+    """
+
+
+for _module in (generate, store, compare):
+    _module.register(main)

@@ -1,0 +1,97 @@
+"""``refspec compare GOLDEN ACTUAL``: judge a kernel's outputs against golden cases
+(docs/compare.md). Exit code 0 when every output passes, 1 when any fails or has an input
+problem, 2 for usage errors (bad flags, unreadable golden file, unusable actual path)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from ..goldens.format import UnknownCaseError
+from .errors import CliError
+
+__all__ = ["register", "compare_command"]
+
+_STANDARDS = ("default", "ascend-mixed", "torch", "vendor-threshold", "ratio")
+
+
+def _check_writable(path: str | None, flag: str) -> None:
+    if path is None:
+        return
+    d = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(d):
+        raise CliError(f"{flag} {path}: directory {d} does not exist")
+    if os.path.isdir(path):
+        raise CliError(f"{flag} {path}: is a directory; give a file name")
+    if not os.access(d, os.W_OK):
+        raise CliError(f"{flag} {path}: directory {d} is not writable")
+
+
+@click.command("compare")
+@click.argument("golden", type=click.Path(dir_okay=False))
+@click.argument("actual", type=click.Path())
+@click.option("--case", "cases", multiple=True, metavar="ID",
+              help="Case id or shell pattern (repeatable); default: every case.")
+@click.option("--standard", type=click.Choice(_STANDARDS), default="default", show_default=True,
+              help="Accuracy standard (docs/compare.md lists each one's numbers and sources).")
+@click.option("--rtol", type=float, default=None, help="Override the standard's rtol for this run.")
+@click.option("--atol", type=float, default=None, help="Override the standard's atol for this run.")
+@click.option("--saturation", is_flag=True,
+              help="Accept max-finite where the golden is +-Inf (devices in saturation mode).")
+@click.option("--map", "mapping", type=click.Path(dir_okay=False), default=None,
+              help="Mapping file (TOML/JSON): dump tensor or npz key -> case and output.")
+@click.option("--ratio-level", type=click.Choice(("L0", "L1", "L2")), default=None,
+              help="Thresholds of the ratio standard (default: by operator, msprobe levels).")
+@click.option("--json", "json_path", type=click.Path(), default=None, help="Write the JSON report.")
+@click.option("--junit", "junit_path", type=click.Path(), default=None, help="Write JUnit XML.")
+@click.option("--html", "html_path", type=click.Path(), default=None,
+              help="Write a self-contained HTML report with pictures of failing outputs.")
+@click.option("--heatmap-axes", default=None, metavar="XY",
+              help="Two axis letters for the HTML error heatmaps, e.g. SD (default: last two).")
+@click.option("--top", type=click.IntRange(0, 1000), default=10, show_default=True,
+              help="Worst elements kept per output.")
+@click.option("--failures-only", is_flag=True, help="Terminal table: failing rows only.")
+def compare_command(golden, actual, cases, standard, rtol, atol, saturation, mapping, ratio_level,
+                    json_path, junit_path, html_path, heatmap_axes, top, failures_only):
+    """Judge the outputs in ACTUAL against the golden HDF5 file GOLDEN.
+
+    ACTUAL: a `refspec export` directory with the kernel's <output>.bin next to each case's
+    inputs, any <case_id>/<output>.bin|.npy tree, a .npz/.npy file, an HDF5 file in refspec's
+    schema, or an msprobe dump directory (with --map).
+    """
+    from ..comparator import CompareUsageError, MappingError, compare
+    from ..comparator.render_text import render_text
+
+    for path, flag in ((json_path, "--json"), (junit_path, "--junit"), (html_path, "--html")):
+        _check_writable(path, flag)
+    if heatmap_axes is not None and not (heatmap_axes.isalpha() and 1 <= len(heatmap_axes) <= 2):
+        raise CliError(f"--heatmap-axes {heatmap_axes!r}: give one or two axis letters, e.g. SD")
+    try:
+        report = compare(golden, actual, cases=list(cases) or None, standard=standard, rtol=rtol,
+                         atol=atol, saturation=saturation, mapping=mapping, top=top,
+                         ratio_level=ratio_level, heatmaps=html_path is not None,
+                         heatmap_axes=heatmap_axes)
+    except (CompareUsageError, MappingError, UnknownCaseError) as exc:
+        raise CliError(str(exc)) from None
+    text = render_text(report)
+    if failures_only:
+        lines = text.splitlines()
+        text = "\n".join([lines[0]] + [ln for ln in lines[1:] if not ln.startswith("PASS")])
+    click.echo(text)
+    if json_path:
+        from ..comparator.render_json import write_json
+        write_json(report, json_path)
+    if junit_path:
+        from ..comparator.render_junit import write_junit
+        write_junit(report, junit_path)
+    if html_path:
+        from ..comparator.render_html import write_html
+        write_html(report, html_path)
+    sys.stdout.flush()
+    return report.exit_code
+
+
+def register(group) -> None:
+    group.add_command(compare_command)

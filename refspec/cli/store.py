@@ -1,0 +1,210 @@
+"""``refspec show``, ``refspec export`` and ``refspec merge``: inspect, export and join golden
+files (docs/goldens.md). Errors are one line on stderr with exit code 2 (refspec.cli)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+
+import click
+
+from ..goldens.export import FORMATS, export_cases
+from ..goldens.format import UnknownCaseError
+from ..goldens.read import GoldenCase, GoldenFile, LazyArray
+from ..goldens.shards import merge as merge_shards
+
+__all__ = ["register", "show", "export", "merge", "file_summary", "case_summary"]
+
+
+def _cli_error(message: str):
+    from .errors import CliError
+    return CliError(message)
+
+
+def _human(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _array_info(arr: LazyArray) -> dict:
+    return {"shape": list(arr.shape), "dtype": arr.attrs.get("dtype", arr.dtype.name),
+            "bytes": arr.nbytes, "stored_bytes": arr.stored_nbytes,
+            "compression": arr.compression, "chunks": list(arr.chunks) if arr.chunks else None}
+
+
+def case_dtype(case: GoldenCase) -> str:
+    dtype = case.params.get("dtype")
+    if dtype is None and case.input_names:
+        dtype = case.inputs[case.input_names[0]].attrs.get("dtype")
+    return str(dtype)
+
+
+def case_summary(case: GoldenCase) -> dict:
+    """Everything `refspec show FILE CASE` prints."""
+    outputs = {}
+    for name in case.output_names:
+        info = _array_info(case.expected[name])
+        info.update(case.output_meta(name))
+        info["exact"] = _array_info(case.exact[name]) if name in case.exact else None
+        info["sum_abs"] = _array_info(case.sum_abs[name]) if name in case.sum_abs else None
+        outputs[name] = info
+    error = None
+    if case.expected_error is not None:
+        error = {"code": case.expected_error, "status": case.expected_error_status,
+                 "message": case.expected_error_message}
+    return {"case_id": case.case_id, "op": case.op, "params": case.params, "seed": case.seed,
+            "soc": case.soc or None, "distribution": case.distribution, "expected_error": error,
+            "inputs": {n: _array_info(case.inputs[n]) for n in case.input_names},
+            "outputs": outputs, "regenerate": case.regenerate}
+
+
+def file_summary(gf: GoldenFile) -> dict:
+    """Everything `refspec show FILE` prints: root attributes, counts, sizes."""
+    counts = {k: Counter() for k in ("op", "dtype", "soc", "negative")}
+    logical = stored = 0
+    for case in gf:
+        counts["op"][case.op] += 1
+        counts["dtype"][case_dtype(case)] += 1
+        counts["soc"][case.soc or "none"] += 1
+        counts["negative"]["negative" if case.is_negative else "positive"] += 1
+        for group in (case.inputs, case.expected, case.exact, case.sum_abs):
+            for name in group:
+                arr = group[name]
+                logical += arr.nbytes
+                stored += arr.stored_nbytes
+    return {"file": gf.path, "attrs": gf.attrs, "sweep_name": gf.attrs.get("sweep_name"),
+            "complete": gf.complete, "cases": len(gf),
+            "by_op": dict(counts["op"]), "by_dtype": dict(counts["dtype"]),
+            "by_soc": dict(counts["soc"]), "negative": counts["negative"]["negative"],
+            "data_bytes": logical, "stored_bytes": stored, "file_bytes": os.path.getsize(gf.path)}
+
+
+def _print_file(s: dict) -> None:
+    a = s["attrs"]
+    click.echo(f"file:              {s['file']}")
+    state = "yes" if s["complete"] else "NO (interrupted; continue with --resume)"
+    click.echo(f"complete:          {state}")
+    click.echo(f"sweep:             {s['sweep_name']} (seed {a.get('sweep_seed')})")
+    for key in ("schema_version", "refspec_version", "numpy_version", "h5py_version",
+                "hdf5_version", "created", "compression", "shuffle", "merged_from"):
+        if key in a:
+            click.echo(f"{key + ':':<19}{a[key]}")
+    extra = [k for k in a if k not in ("sweep_definition", "sweep_name", "sweep_seed", "complete")
+             and k not in ("schema_version", "refspec_version", "numpy_version", "h5py_version",
+                           "hdf5_version", "created", "compression", "shuffle", "merged_from")]
+    for key in extra:
+        click.echo(f"{key + ':':<19}{a[key]}")
+    lines = str(a.get("sweep_definition", "")).count("\n") + 1
+    click.echo(f"definition:        {lines} lines of TOML (--json shows it)")
+    click.echo(f"cases:             {s['cases']} ({s['negative']} negative)")
+    for title, key in (("by op", "by_op"), ("by dtype", "by_dtype"), ("by soc", "by_soc")):
+        body = ", ".join(f"{k} {v}" for k, v in sorted(s[key].items())) or "-"
+        click.echo(f"{title + ':':<19}{body}")
+    click.echo(f"data:              {_human(s['data_bytes'])} ({s['data_bytes']} bytes), stored "
+               f"{_human(s['stored_bytes'])}, file {_human(s['file_bytes'])}")
+
+
+def _array_line(name: str, info: dict) -> str:
+    shape = "x".join(str(d) for d in info["shape"]) or "scalar"
+    return (f"  {name:<28} {shape:<18} {info['dtype']:<9} {_human(info['bytes']):>10} "
+            f"stored {_human(info['stored_bytes']):>10} {info['compression']}")
+
+
+def _print_case(s: dict) -> None:
+    click.echo(f"case:              {s['case_id']}")
+    click.echo(f"op:                {s['op']}")
+    click.echo("parameters:")
+    for k, v in s["params"].items():
+        click.echo(f"  {k + ':':<20} {json.dumps(v)}")
+    click.echo(f"seed:              {s['seed']}")
+    click.echo(f"soc:               {s['soc'] or 'none (math only)'}")
+    click.echo(f"distribution:      {s['distribution']}")
+    e = s["expected_error"]
+    click.echo("expected error:    " + ("none (positive case)" if e is None else
+                                     f"{e['code']} {e['status'] or ''}: {e['message'] or ''}"))
+    click.echo("inputs:")
+    for name, info in s["inputs"].items():
+        click.echo(_array_line(name, info))
+    if s["outputs"]:
+        click.echo("outputs (expected; exact float64 and sum_abs alongside):")
+    for name, info in s["outputs"].items():
+        k = "-" if info["reduced_terms"] is None else info["reduced_terms"]
+        click.echo(_array_line(name, info) + f"  class={info['comparison_class']} K={k} "
+                   f"axes={info['axes']} sum_abs={'yes' if info['sum_abs'] else 'no'}")
+    click.echo(f"regenerate:        {s['regenerate']}")
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("case", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@click.option("--ids", is_flag=True, help="List the case ids, one per line.")
+def show(file, case, as_json, ids):
+    """Show what a golden FILE holds, or one CASE of it (parameters, shapes, dtypes, sizes,
+    tolerance metadata, how to regenerate it)."""
+    with GoldenFile(file) as gf:
+        if ids and case is None:
+            data = gf.case_ids()
+            click.echo(json.dumps(data, indent=2) if as_json else "\n".join(data))
+            return 0
+        if case is None:
+            summary = file_summary(gf)
+            if as_json:
+                click.echo(json.dumps(summary, indent=2, default=str))
+            else:
+                _print_file(summary)
+            return 0
+        try:
+            golden_case = gf[case]
+        except UnknownCaseError as exc:
+            raise _cli_error(str(exc)) from None
+        summary = case_summary(golden_case)
+        if as_json:
+            click.echo(json.dumps(summary, indent=2, default=str))
+        else:
+            _print_case(summary)
+    return 0
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--case", "cases", multiple=True, metavar="ID",
+              help="Case id or shell pattern (repeatable; default: every case).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="bin", show_default=True,
+              help="bin: raw little-endian C order (tofile); npy: NumPy .npy.")
+@click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False),
+              help="Directory to write DIR/<case_id>/ into.")
+@click.option("--force", is_flag=True, help="Overwrite files that exist.")
+def export(file, cases, fmt, out_dir, force):
+    """Export cases of a golden FILE as the vendor test scripts' files: one file per input
+    (dy.bin, gradQueryOutput.bin, ...), golden_<output>.bin and case.json per case."""
+    try:
+        dirs = export_cases(file, out_dir, cases or None, fmt=fmt, force=force)
+    except UnknownCaseError as exc:
+        raise _cli_error(str(exc)) from None
+    click.echo(f"exported {len(dirs)} case(s) as .{fmt} under {out_dir}", err=True)
+    return 0
+
+
+@click.command()
+@click.argument("out", type=click.Path(dir_okay=False))
+@click.argument("shards", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="Replace OUT if it exists.")
+def merge(out, shards, force):
+    """Merge shard files of one sweep (generate --shard K/N) into OUT."""
+    merge_shards(out, shards, force=force)
+    with GoldenFile(out) as gf:
+        n = len(gf)
+    click.echo(f"merged {n} cases from {len(shards)} shard(s) into {out} "
+               f"({_human(os.path.getsize(out))})", err=True)
+    return 0
+
+
+def register(group) -> None:
+    group.add_command(show)
+    group.add_command(export)
+    group.add_command(merge)

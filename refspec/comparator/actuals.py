@@ -1,0 +1,413 @@
+"""Readers of a kernel's actual outputs (spec/dumps.md; docs/compare.md, "Actual outputs").
+
+A source answers ``lookup(case_id, op, output, golden dtype, golden shape)`` with an
+:class:`ActualArray` (read in blocks, decoded to the real dtype) or a :class:`Problem` (a
+per-output status: missing, size_mismatch, dtype_mismatch, shape_mismatch, unreadable). Nothing
+here raises for a bad file: the run goes on with the other outputs.
+
+Forms: a directory tree ``<case_id>/<output>.bin|.npy`` (what ``refspec export`` lays out, the
+kernel's files next to the inputs; aclnn camelCase or Python snake_case names), a ``.npz`` or
+``.npy`` file, an HDF5 file in refspec's schema (another implementation's ``expected/``), an
+msprobe dump directory (:mod:`refspec.compare.msprobe`), or Python arrays.
+"""
+
+from __future__ import annotations
+
+import os
+from math import prod
+
+import h5py
+import numpy as np
+
+from .. import ops
+from ..goldens.format import BF16_ENCODING
+from ..spec.dtypes import bfloat16, dtype_name
+
+__all__ = ["Problem", "ActualArray", "ArrayActual", "RawFileActual", "H5Actual", "ActualSource",
+           "TreeSource", "NpzSource", "H5Source", "MemorySource", "decode_dtype", "file_names",
+           "open_npy"]
+
+
+class Problem:
+    """Why an output could not be judged: ``status`` and a one-line ``detail``."""
+
+    def __init__(self, status: str, detail: str, source: str | None = None):
+        self.status, self.detail, self.source = status, detail, source
+
+    def __repr__(self):
+        return f"<Problem {self.status}: {self.detail}>"
+
+
+class ActualArray:
+    """An actual output: ``shape``, real ``dtype``, ``source`` (where it came from) and
+    ``read(key, flat_start, count)`` returning the block ``key`` as an array of that dtype."""
+
+    def __init__(self, source: str, shape, dtype):
+        self.source = source
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+
+    def read(self, key, flat_start: int, count: int) -> np.ndarray:
+        raise NotImplementedError
+
+
+class ArrayActual(ActualArray):
+    """An array in memory (or a NumPy memmap)."""
+
+    def __init__(self, source: str, array: np.ndarray, dtype=None):
+        arr = np.asarray(array)
+        super().__init__(source, arr.shape, arr.dtype if dtype is None else dtype)
+        self._arr = arr
+
+    def read(self, key, flat_start, count):
+        return _decode(np.asarray(self._arr[key]), self.dtype)
+
+
+class RawFileActual(ActualArray):
+    """A raw C-order array at ``offset`` bytes into a file (``.bin`` or the data of a ``.npy``),
+    read with explicit seeks so only one block is ever in memory."""
+
+    def __init__(self, source: str, path: str, offset: int, stored: np.dtype, shape, dtype):
+        super().__init__(source, shape, dtype)
+        self.path, self.offset, self.stored = path, offset, np.dtype(stored)
+
+    def read(self, key, flat_start, count):
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset + flat_start * self.stored.itemsize)
+            raw = np.fromfile(fh, dtype=self.stored, count=count)
+        if raw.size != count:
+            raise OSError(f"{self.path}: file ended early (truncated while reading?)")
+        shape = _key_shape(key, self.shape)
+        return _decode(raw, self.dtype).reshape(shape)
+
+
+class H5Actual(ActualArray):
+    """An HDF5 dataset, bfloat16 stored as uint16 bits decoded."""
+
+    def __init__(self, source: str, ds, dtype):
+        super().__init__(source, ds.shape, dtype)
+        self._ds = ds
+
+    def read(self, key, flat_start, count):
+        return _decode(np.asarray(self._ds[key]), self.dtype)
+
+
+def _key_shape(key, shape):
+    out = []
+    for k, s in zip(key, shape):
+        if isinstance(k, slice):
+            out.append(len(range(*k.indices(s))))
+    out.extend(shape[len(key):])
+    return tuple(out)
+
+
+def _decode(raw: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Stored values -> the real dtype (bfloat16 from uint16/V2 bits; byte order to native)."""
+    if raw.dtype == dtype:
+        return raw
+    if dtype == bfloat16 and raw.dtype.kind != "f":
+        raw = np.ascontiguousarray(raw)
+        bits = raw.view("<u2") if raw.dtype.kind == "V" else raw.astype(np.uint16, copy=False)
+        return np.ascontiguousarray(bits, dtype=np.uint16).view(bfloat16)
+    return raw.astype(dtype)
+
+
+def decode_dtype(stored: np.dtype, golden: np.dtype) -> str | None:
+    """None when ``stored`` is an acceptable encoding of ``golden``, else why not: bfloat16 may
+    be stored as bfloat16, uint16 bits or 2-byte void; other dtypes as themselves in either byte
+    order."""
+    stored = np.dtype(stored)
+    if golden == bfloat16:
+        if stored == bfloat16 or (stored.kind in "uV" and stored.itemsize == 2 and not stored.fields):
+            return None
+        return (f"dtype {_name(stored)} but the golden output is bfloat16 "
+                "(accepted: bfloat16, uint16 bits, 2-byte void)")
+    if stored.kind == "f" and stored.itemsize == golden.itemsize and stored != bfloat16:
+        return None
+    return f"dtype {_name(stored)} but the golden output is {dtype_name(golden)}"
+
+
+def _name(dt: np.dtype) -> str:
+    if dt == bfloat16:
+        return "bfloat16"
+    if dt.kind == "V":
+        return f"void{dt.itemsize * 8} (V{dt.itemsize})"
+    return dtype_name(dt.newbyteorder("=")) + (" big-endian" if dt.byteorder == ">" else "")
+
+
+def _size_text(n: int) -> str:
+    return f"{n} bytes"
+
+
+def file_names(output: str, op: str | None) -> list[str]:
+    """File stems an output may be written under: aclnn camelCase (``gradQuery``), the Python
+    name (``grad_query``) and aclnn spellings with suffixes (``dxOut``), as the operator's
+    record names them (camelCase and the Python name for an operator without a record)."""
+    record = None if op is None else ops.find(op)
+    if record is None:
+        return list(dict.fromkeys((ops.camel_case(output), output)))
+    return record.file_stems(output)
+
+
+def open_npy(path: str, golden_dtype: np.dtype, golden_shape, source: str):
+    """A ``.npy`` file as an ActualArray (data read in blocks) or a Problem."""
+    try:
+        with open(path, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            if version == (1, 0):
+                shape, fortran, stored = np.lib.format.read_array_header_1_0(fh)
+            else:
+                shape, fortran, stored = np.lib.format.read_array_header_2_0(fh)
+            offset = fh.tell()
+    except Exception as exc:  # a corrupt header in any way
+        return Problem("unreadable", f"{path}: not a readable .npy file ({_one_line(exc)})", source)
+    if stored.hasobject:
+        return Problem("unreadable", f"{path}: holds Python objects (pickles are never loaded)", source)
+    why = decode_dtype(stored, golden_dtype)
+    if why:
+        return Problem("dtype_mismatch", f"{path}: {why}", source)
+    if tuple(shape) != tuple(golden_shape):
+        return Problem("shape_mismatch", f"{path}: shape {tuple(shape)} but the golden output has "
+                                         f"shape {tuple(golden_shape)}", source)
+    need = prod(shape) * stored.itemsize
+    have = os.path.getsize(path) - offset
+    if have < need:
+        return Problem("unreadable", f"{path}: truncated: {have} bytes of data, expected {need} "
+                                     f"for shape {tuple(shape)} {_name(stored)}", source)
+    if fortran and len(shape) > 1:
+        try:
+            arr = np.load(path, allow_pickle=False)
+        except Exception as exc:
+            return Problem("unreadable", f"{path}: {_one_line(exc)}", source)
+        return ArrayActual(source, np.ascontiguousarray(arr), golden_dtype)
+    return RawFileActual(source, path, offset, stored, shape, golden_dtype)
+
+
+def open_bin(path: str, golden_dtype: np.dtype, golden_shape, source: str):
+    """A raw ``.bin`` (dtype and shape from the golden) as an ActualArray or a Problem."""
+    stored = np.dtype(np.uint16 if golden_dtype == bfloat16 else golden_dtype).newbyteorder("<")
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        return Problem("unreadable", f"{path}: {exc.strerror or _one_line(exc)}", source)
+    need = prod(golden_shape) * stored.itemsize
+    if size != need:
+        hint = ""
+        if size and need and size % prod(golden_shape or (1,)) == 0 and size != need:
+            per = size // max(prod(golden_shape), 1)
+            hint = f"; {per} bytes per element, as if written in a {per * 8}-bit dtype"
+        return Problem("size_mismatch",
+                       f"{path}: {_size_text(size)}, expected {_size_text(need)} for shape "
+                       f"{tuple(golden_shape)} {dtype_name(golden_dtype)}{hint}", source)
+    return RawFileActual(source, path, 0, stored, golden_shape, golden_dtype)
+
+
+def _one_line(exc) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def check_array(arr: np.ndarray, golden_dtype, golden_shape, source: str):
+    """An in-memory array as an ActualArray or a Problem (dtype/shape checks)."""
+    try:
+        arr = np.asarray(arr)
+    except Exception as exc:
+        return Problem("unreadable", f"{source}: not an array ({_one_line(exc)})", source)
+    if arr.dtype.hasobject:
+        return Problem("unreadable", f"{source}: holds Python objects", source)
+    return (_mismatch(source, arr.dtype, arr.shape, np.dtype(golden_dtype), golden_shape)
+            or ArrayActual(source, arr, golden_dtype))
+
+
+def _mismatch(source, dtype, shape, golden_dtype, golden_shape):
+    """A dtype_mismatch or shape_mismatch Problem, or None when the array fits the golden."""
+    why = decode_dtype(dtype, golden_dtype)
+    if why:
+        return Problem("dtype_mismatch", f"{source}: {why}", source)
+    if tuple(shape) != tuple(golden_shape):
+        return Problem("shape_mismatch", f"{source}: shape {tuple(shape)} but the golden output "
+                                         f"has shape {tuple(golden_shape)}", source)
+    return None
+
+
+class ActualSource:
+    """Base class: ``lookup(case_id, op, output, dtype, shape)``; ``single_case`` is set by the
+    comparator when only one case is judged (then bare output names are accepted)."""
+
+    kind = "?"
+    single_case: str | None = None
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def lookup(self, case_id: str, op: str, output: str, dtype: np.dtype, shape):
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class TreeSource(ActualSource):
+    """``ROOT/<case_id>/<output>.bin|.npy`` (the case id's '/' parts are directories)."""
+
+    kind = "directory"
+
+    def lookup(self, case_id, op, output, dtype, shape):
+        d = os.path.join(self.path, *case_id.split("/"))
+        if not os.path.isdir(d):
+            if self.single_case == case_id and self._has_files(self.path, output, op):
+                d = self.path
+            else:
+                return Problem("missing", f"no directory {d} for this case")
+        tried = []
+        for stem in file_names(output, op):
+            for ext in (".bin", ".npy"):
+                p = os.path.join(d, stem + ext)
+                tried.append(stem + ext)
+                if os.path.lexists(p):
+                    src = p
+                    if os.path.isdir(p):
+                        return Problem("unreadable", f"{p}: is a directory", src)
+                    if ext == ".bin":
+                        return open_bin(p, dtype, shape, src)
+                    return open_npy(p, dtype, shape, src)
+        return Problem("missing", f"none of {', '.join(tried)} in {d}")
+
+    @staticmethod
+    def _has_files(d, output, op):
+        return any(os.path.exists(os.path.join(d, s + e)) for s in file_names(output, op)
+                   for e in (".bin", ".npy"))
+
+
+class NpzSource(ActualSource):
+    """A ``.npz`` (keys ``<case_id>/<output>``, bare ``<output>`` when one case is judged, or a
+    mapping file's ``key`` entries) or a single ``.npy`` (its file stem is the output name)."""
+
+    kind = "npz"
+
+    def __init__(self, path: str, mapping=None):
+        super().__init__(path)
+        self.mapping = mapping
+        self._npz = None
+        self._error = None
+        if path.lower().endswith(".npy"):
+            self._keys = [os.path.splitext(os.path.basename(path))[0]]
+        else:
+            try:
+                self._npz = np.load(path, allow_pickle=False)
+                self._keys = list(self._npz.files)
+            except Exception as exc:
+                self._error = f"{path}: not a readable .npz file ({_one_line(exc)})"
+                self._keys = []
+
+    def _candidates(self, case_id, op, output):
+        keys = []
+        if self.mapping is not None:
+            k = self.mapping.key_for(case_id, output)
+            if k is not None:
+                return [k]
+        for stem in file_names(output, op):
+            keys.append(f"{case_id}/{stem}")
+        if self.single_case == case_id:
+            keys.extend(file_names(output, op))
+        return keys
+
+    def lookup(self, case_id, op, output, dtype, shape):
+        if self._error:
+            return Problem("unreadable", self._error, self.path)
+        for k in self._candidates(case_id, op, output):
+            if k in self._keys:
+                src = f"{self.path}[{k}]" if self._npz is not None else self.path
+                if self._npz is None:
+                    return open_npy(self.path, dtype, shape, src)
+                try:
+                    arr = self._npz[k]
+                except Exception as exc:
+                    return Problem("unreadable", f"{src}: {_one_line(exc)}", src)
+                return check_array(arr, dtype, shape, src)
+        tried = self._candidates(case_id, op, output)
+        return Problem("missing", f"no key {' or '.join(repr(t) for t in tried)} in {self.path}")
+
+    def close(self):
+        if self._npz is not None:
+            self._npz.close()
+
+
+class H5Source(ActualSource):
+    """An HDF5 file in refspec's schema whose ``expected/`` holds another implementation's
+    outputs; plain HDF5 files with ``/<case_id>/<output>`` datasets are read too."""
+
+    kind = "hdf5"
+
+    def __init__(self, path: str):
+        super().__init__(path)
+        self._file = None
+        self._error = None
+        try:
+            self._file = h5py.File(path, "r")
+        except Exception as exc:
+            self._error = f"{path}: cannot open as HDF5 ({_one_line(exc)})"
+
+    def lookup(self, case_id, op, output, dtype, shape):
+        if self._error:
+            return Problem("unreadable", self._error, self.path)
+        f = self._file
+        paths = []
+        for stem in file_names(output, op):
+            paths += [f"cases/{case_id}/expected/{stem}", f"{case_id}/expected/{stem}",
+                      f"{case_id}/{stem}"]
+            if self.single_case == case_id:
+                paths.append(stem)
+        for p in paths:
+            try:
+                obj = f.get(p)
+            except Exception:
+                obj = None
+            if isinstance(obj, h5py.Dataset):
+                src = f"{self.path}:/{p}"
+                stored = obj.dtype
+                attrs = obj.attrs
+                declared = attrs.get("dtype")
+                if isinstance(declared, bytes):
+                    declared = declared.decode()
+                if (attrs.get("encoding") in (BF16_ENCODING, BF16_ENCODING.encode())
+                        or (declared == "bfloat16" and stored.itemsize == 2)):
+                    stored = bfloat16
+                return (_mismatch(src, stored, obj.shape, dtype, shape)
+                        or H5Actual(src, obj, dtype))
+        return Problem("missing", f"no dataset {paths[0]} in {self.path}")
+
+    def close(self):
+        if self._file is not None:
+            self._file.close()
+
+
+class MemorySource(ActualSource):
+    """Python arrays: ``{case_id: {output: array}}`` or, for one case, ``{output: array}``."""
+
+    kind = "arrays"
+
+    def __init__(self, arrays: dict, label: str = "<arrays>"):
+        super().__init__(label)
+        self.arrays = arrays
+
+    def lookup(self, case_id, op, output, dtype, shape):
+        table = self.arrays.get(case_id)
+        if not isinstance(table, dict):
+            table = self.arrays if self.single_case == case_id else None
+        if table is None:
+            return Problem("missing", f"no arrays for case {case_id}")
+        for stem in file_names(output, op):
+            if stem in table:
+                if table[stem] is None:
+                    return Problem("missing", f"{stem} is None")
+                return check_array(table[stem], dtype, shape, f"{self.path}[{stem}]")
+        return Problem("missing", f"no array named {output} (have: {', '.join(map(str, table)) or 'none'})")

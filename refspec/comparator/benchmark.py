@@ -1,0 +1,32 @@
+"""The same-precision benchmark of the ``ratio`` standard (spec/tolerances.md, dual benchmark).
+
+An independent naive float32 kernel: the spec's own formula blocks, which compute in whatever
+dtype their arrays have, run on the case's inputs converted to float32 (exact for float16,
+bfloat16 and float32 inputs), then rounded once to the output dtype. No second copy of any
+formula: each operator record's ``benchmark`` runs the spec's formula blocks or dataflow in
+float32.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ops
+from ..spec.dtypes import round_to
+
+__all__ = ["BenchmarkUnavailable", "float32_benchmark"]
+
+
+class BenchmarkUnavailable(Exception):
+    """The ratio standard has no benchmark for this operator or case."""
+
+
+def float32_benchmark(case) -> dict[str, np.ndarray]:
+    """Output name -> the float32 benchmark rounded to that output's dtype."""
+    record = ops.find(case.op)
+    if record is None or record.benchmark is None:
+        raise BenchmarkUnavailable(f"no float32 benchmark for {case.op}")
+    inputs = {n: case.inputs[n][()] for n in case.input_names}
+    raw = record.benchmark(inputs, record.attrs_of(case.params), case.soc or None)
+    return {name: round_to(np.asarray(raw[name], dtype=np.float64), case.expected[name].dtype)
+            for name in case.output_names if raw.get(name) is not None}

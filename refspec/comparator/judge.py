@@ -1,0 +1,395 @@
+"""Per-output verdicts (spec/tolerances.md, "Policy"): every element of the actual output
+against the exact float64 golden, in blocks.
+
+For each block: special values are matched by position (NaN matches NaN whatever its sign or
+payload, +Inf only +Inf; with ``saturation`` a max-finite value is accepted where the golden is
+an infinity of the same sign, both sides clipped to the finite range); every other element gets
+a *badness* = |a - g| divided by what the rule allows (> 1 fails), from the checks of its
+:class:`~refspec.compare.standards.Rule`. :class:`~refspec.compare.metrics.Accumulator` keeps
+the metrics. The verdict follows the rule's aggregation (every element, or 99% and a cap, or the
+dual-benchmark ratios).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..spec.dtypes import dtype_name, round_to
+from .actuals import Problem
+from .blocks import COMPUTE_ELEMENTS, READ_ELEMENTS, plan_blocks
+from .floatinfo import U_ACC, bits_of, float_info, ulp_at, ulp_at_into
+from .metrics import Accumulator, Metrics, Scratch
+from .report import OutputResult
+from .standards import (C_REDUCTION, ELEMENT_ROUNDINGS, RATIO_LEVELS, RATIO_SMALL_COUNT,
+                        ROUNDING_SLACK_U32, SMALL_VALUES, TERM_ROUNDINGS, UNDERFLOW, Rule)
+
+__all__ = ["JudgeOptions", "BlockJudge", "judge_output", "golden_output_info"]
+
+
+@dataclass
+class JudgeOptions:
+    standard: str = "default"
+    rtol: float | None = None
+    atol: float | None = None
+    saturation: bool = False
+    top: int = 10
+    ratio_level: str | None = None
+    heatmap_axes: str | None = None      # two axis letters, e.g. "SD"; None: the last two
+    heatmaps: bool = False               # keep a 2-D max-badness map (for the HTML report)
+    read_elements: int = READ_ELEMENTS
+    fast: bool = True                    # fused steps for all-numeric blocks (same report)
+
+
+class BlockJudge:
+    """Evaluates one output block by block under ``rule`` (None: metrics only, as for the
+    benchmark of the ratio standard)."""
+
+    def __init__(self, rule: Rule | None, dtype, K: int | None, acc: Accumulator,
+                 saturation: bool = False, fast: bool = True):
+        self.rule = rule
+        #: the fused step for blocks of numeric elements (same numbers, fewer passes);
+        #: False: every step takes the reference path
+        self.fast = fast and not (rule is not None and rule.bitwise) and acc._heat is None
+        self._scratch = None
+        self.info = float_info(dtype)
+        self.dtype = np.dtype(dtype)
+        self.K = max(int(K or 0), 0)
+        self.acc = acc
+        self.saturation = saturation
+        r = rule
+        self.needs_expected = bool(r and r.bitwise)
+        self.uses_sum_abs = bool(r and (r.data_atol or r.hard_bound or r.eval_bound))
+        k = self.K + TERM_ROUNDINGS
+        self.gamma = k * U_ACC / (1 - k * U_ACC) if k * U_ACC < 1 else math.inf
+        self.underflow = k * UNDERFLOW
+        self.gamma_e = ELEMENT_ROUNDINGS * U_ACC / (1 - ELEMENT_ROUNDINGS * U_ACC)
+        self.c_sqrt_k = C_REDUCTION * math.sqrt(self.K) * U_ACC
+
+    def block(self, flat0: int, a: np.ndarray, g: np.ndarray, e: np.ndarray | None,
+              S: np.ndarray | None) -> None:
+        """One block (flattened, C order from ``flat0``): a in the output dtype, g exact
+        float64, e the golden rounded to the output dtype (copies), S sum of |terms|."""
+        self.acc.count(a.size)
+        for lo in range(0, a.size, COMPUTE_ELEMENTS):
+            hi = min(lo + COMPUTE_ELEMENTS, a.size)
+            self._step(flat0 + lo, a[lo:hi], g[lo:hi], None if e is None else e[lo:hi],
+                       None if S is None else S[lo:hi])
+
+    def _step(self, flat0, a, g, e, S):
+        if self.fast and self._step_fast(flat0, a, g, e, S):
+            return
+        self._step_reference(flat0, a, g, e, S)
+
+    def _step_fast(self, flat0, a, g, e, S) -> bool:
+        """The step of :meth:`_step_reference` for a block whose elements are all numeric,
+        with every temporary in reused buffers and the all-numeric test taken from quantities
+        computed anyway: a finite max |a - g| means a and g are finite, and max |g| below the
+        overflow threshold that g does not round to an infinity. Returns False (nothing
+        accumulated) for any other block."""
+        n = a.size
+        sc = self._scratch
+        if sc is None or sc.size < n:
+            sc = self._scratch = Scratch(max(n, COMPUTE_ELEMENTS))
+        info = self.info
+        a64 = sc.a64[:n]
+        np.copyto(a64, a, casting="unsafe")
+        with np.errstate(invalid="ignore", over="ignore"):     # specials: the other path
+            d = np.subtract(a64, g, out=sc.d[:n])
+        ad = np.abs(d, out=sc.ad[:n])
+        i_max = int(np.argmax(ad))
+        if not math.isfinite(ad[i_max]):
+            return False
+        ag = np.abs(g, out=sc.ag[:n])
+        if info.overflow != math.inf and not float(ag.max()) < info.overflow:
+            return False
+        if info.mant == 52:
+            ulp = ulp_at(ag, info)
+        else:
+            ulp = ulp_at_into(ag, info, sc.ulp[:n])
+        ulps = np.divide(ad, ulp, out=sc.ulps[:n])
+        bad = self.badness_into(a, e, ad, ag, ulp, ulps, S, sc.tol[:n])
+        self.acc.add_all_numeric(flat0, a64, g, d, ad, ag, ulps, bad, i_max, sc)
+        return True
+
+    def _step_reference(self, flat0, a, g, e, S):
+        info = self.info
+        a64 = a.astype(np.float64)
+        ag = np.abs(g)
+        numeric = np.isfinite(a64)
+        numeric &= ag < info.overflow
+        if numeric.all():
+            where = None
+        else:
+            where = np.flatnonzero(numeric)
+            self._special(flat0, np.flatnonzero(~numeric), a64, g)
+            a64, g, ag = a64[where], g[where], ag[where]
+            a = a[where]
+            e = None if e is None else e[where]
+            S = None if S is None else S[where]
+        ad = np.abs(a64 - g)
+        ulp = ulp_at(ag, info)
+        ulps = ad / ulp
+        bad = self._badness(a, e, ad, ag, ulp, ulps, S)
+        self.acc.add_numeric(flat0, where, a64, g, ad, ag, ulps, bad)
+
+    def badness_into(self, a, e, ad, ag, ulp, ulps, S, out: np.ndarray) -> np.ndarray:
+        """:meth:`_badness` of numeric elements, computed in the float64 buffer ``out`` (same
+        size) for a plain rtol/atol rule: the same operations on the same values, without
+        temporaries. Other rules take :meth:`_badness`."""
+        r = self.rule
+        if r is None or r.bitwise or r.rtol is None or (
+                r.data_atol or r.hard_bound or r.rounding_gate or (r.eval_bound and S is not None)):
+            return self._badness(a, e, ad, ag, ulp, ulps, S)
+        atol = r.atol or 0.0
+        tol = np.multiply(ag, r.rtol, out=out)
+        tol += atol
+        with np.errstate(divide="ignore", invalid="ignore"):
+            bad = np.divide(ad, tol, out=out)
+        if not atol > 0:
+            bad[(ad == 0)] = 0.0
+        return bad
+
+    def _badness(self, a, e, ad, ag, ulp, ulps, S) -> np.ndarray:
+        r = self.rule
+        if r is None:
+            return np.zeros_like(ad)
+        if r.bitwise:
+            differ = bits_of(a) != bits_of(e)
+            bad = np.zeros_like(ad)
+            if differ.any():
+                bad[differ] = 1.0 + ulps[differ] + 2.0 ** -10
+            return bad
+        bad = None
+        with np.errstate(divide="ignore", invalid="ignore"):
+            if r.rtol is not None:
+                atol = r.atol or 0.0
+                if r.data_atol and S is not None:
+                    atol = np.maximum(atol, self.c_sqrt_k * S)
+                tol = ag * r.rtol
+                tol += atol
+                bad = _ratio(ad, tol)
+            if r.hard_bound and S is not None:
+                hb = S * self.gamma
+                hb += 0.5 * ulp
+                hb += self.underflow
+                bad = _ratio(ad, hb) if bad is None else np.maximum(bad, _ratio(ad, hb))
+            if r.rounding_gate:
+                lim = ag * (ROUNDING_SLACK_U32 * U_ACC)
+                lim += 0.5 * ulp
+                rg = _ratio(ad, lim)
+                bad = rg if bad is None else np.maximum(bad, rg)
+            if r.eval_bound and S is not None and bad is not None:
+                eb = S * self.gamma_e
+                eb += 0.5 * ulp
+                eb += ELEMENT_ROUNDINGS * UNDERFLOW
+                bad = np.minimum(bad, _ratio(ad, eb))
+        return np.zeros_like(ad) if bad is None else bad
+
+    def _special(self, flat0, where, a64, g):
+        info = self.info
+        a = a64[where]
+        gs = g[where].copy()
+        big = np.abs(gs) >= info.overflow
+        gs[big] = np.copysign(np.inf, gs[big])           # the golden as the dtype stores it
+        a_nan, g_nan = np.isnan(a), np.isnan(gs)
+        matched = (a_nan & g_nan) | (a == gs)
+        if self.saturation:
+            e = round_to(gs, self.dtype).astype(np.float64)
+            ac = np.clip(a, -info.max, info.max)
+            ec = np.clip(e, -info.max, info.max)
+            matched |= (ac == ec) & (np.abs(ac) == info.max)
+        self.acc.add_special(flat0, where, a, gs, matched, a_nan ^ g_nan)
+
+
+def _ratio(ad, tol):
+    out = ad / tol
+    out[(ad == 0)] = 0.0
+    return out
+
+
+def golden_output_info(case, name: str) -> dict:
+    """dtype (np.dtype and name), shape, class, K, axes of one golden output."""
+    meta = case.output_meta(name)
+    exp = case.expected[name]
+    return {"dtype": np.dtype(exp.dtype), "dtype_name": meta.get("dtype") or dtype_name(exp.dtype),
+            "shape": tuple(exp.shape), "cls": meta.get("comparison_class"),
+            "K": meta.get("reduced_terms"), "axes": meta.get("axes") or ""}
+
+
+def _heat_axes(shape, axes: str, wanted: str | None):
+    """Indices of the two axes of the error map (letters ``wanted``, else the last two axes of
+    size > 1); (i, None) for one axis; None for scalars."""
+    if not shape:
+        return None
+    letters = axes if axes and len(axes) == len(shape) else ""
+    if wanted and letters:
+        idx = [letters.upper().find(ch) for ch in wanted.upper()]
+        if all(i >= 0 for i in idx) and len(set(idx)) == len(idx) and len(idx) in (1, 2):
+            return (idx[0], idx[1] if len(idx) == 2 else None)
+    big = [i for i, s in enumerate(shape) if s > 1] or [len(shape) - 1]
+    if len(big) == 1:
+        return (big[0], None)
+    return (big[-2], big[-1])
+
+
+def judge_output(case, name: str, actual, rule: Rule, opts: JudgeOptions, context: str,
+                 benchmark: np.ndarray | None = None, sum_abs=None) -> OutputResult:
+    """The verdict of one output of one golden case against ``actual`` (an ActualArray or a
+    Problem). ``benchmark`` is the ratio standard's same-precision result (in memory)."""
+    info = golden_output_info(case, name)
+    res = OutputResult(case_id=case.case_id, op=case.op, output=name, context=context,
+                       regenerate=getattr(case, "regenerate", "") or "",
+                       comparison_class=info["cls"], dtype=info["dtype_name"],
+                       shape=info["shape"], axes=info["axes"], reduced_terms=info["K"],
+                       rule=rule.describe())
+    if isinstance(actual, Problem):
+        res.status, res.source = actual.status, actual.source
+        res.reason = actual.detail
+        res.message = f"{name}: {actual.status.replace('_', ' ')}: {actual.detail} [{context}]"
+        return res
+    res.source = actual.source
+    if actual.dtype != info["dtype"]:
+        res.status = "dtype_mismatch"
+        res.reason = f"{actual.source}: dtype {dtype_name(actual.dtype)} but the golden output is {info['dtype_name']}"
+        res.message = f"{name}: dtype mismatch: {res.reason} [{context}]"
+        return res
+    if tuple(actual.shape) != info["shape"]:
+        res.status = "shape_mismatch"
+        res.reason = (f"{actual.source}: shape {tuple(actual.shape)} but the golden output has "
+                      f"shape {info['shape']}")
+        res.message = f"{name}: shape mismatch: {res.reason} [{context}]"
+        return res
+
+    dt = info["dtype"]
+    small = SMALL_VALUES.get(info["dtype_name"], SMALL_VALUES["float32"])
+    heat = None
+    if opts.heatmaps:
+        ax = _heat_axes(info["shape"], info["axes"], opts.heatmap_axes)
+        if ax is not None:
+            heat = (info["shape"], ax[0], ax[1])
+            letters = info["axes"] if len(info["axes"]) == len(info["shape"]) else ""
+            def _n(i):
+                return letters[i] if letters else f"axis {i}"
+            res.heat_axes = (_n(ax[0]), _n(ax[1])) if ax[1] is not None else ("", _n(ax[0]))
+    acc = Accumulator(small, opts.top, heat)
+    judge = BlockJudge(None if rule.ratio_level else rule, dt, info["K"], acc, opts.saturation,
+                       opts.fast)
+    bench_judge = None
+    if rule.ratio_level:
+        bench_acc = Accumulator(small, 0)
+        bench_judge = BlockJudge(None, dt, info["K"], bench_acc, opts.saturation, opts.fast)
+    exact = case.exact[name]
+    expected = case.expected[name] if judge.needs_expected else None
+    if not judge.uses_sum_abs:
+        sum_abs = None
+    elif name in case.sum_abs:
+        sum_abs = case.sum_abs[name]
+    try:
+        for key, flat0, count in plan_blocks(info["shape"], opts.read_elements,
+                                             getattr(exact, "chunks", None)):
+            g = np.asarray(exact[key], dtype=np.float64).reshape(-1)
+            try:
+                a = actual.read(key, flat0, count).reshape(-1)
+            except Exception as exc:  # a file that changed or broke while being read
+                res.status, res.reason = "unreadable", f"{actual.source}: {_one_line(exc)}"
+                res.message = f"{name}: unreadable: {res.reason} [{context}]"
+                return res
+            e = None if expected is None else np.asarray(expected[key]).reshape(-1)
+            S = None if sum_abs is None else np.asarray(sum_abs[key], dtype=np.float64).reshape(-1)
+            judge.block(flat0, a, g, e, S)
+            if bench_judge is not None:
+                bench_judge.block(flat0, np.asarray(benchmark[key]).reshape(-1), g, None, None)
+    except Exception as exc:
+        res.status, res.reason = "error", f"reading the golden failed: {_one_line(exc)}"
+        res.message = f"{name}: error: {res.reason} [{context}]"
+        return res
+    m = acc.finish()
+    res.metrics = m
+    if rule.ratio_level:
+        _verdict_ratio(res, m, bench_acc.finish(), rule)
+    else:
+        _verdict(res, m, rule)
+    return res
+
+
+def _one_line(exc) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _worst_line(res: OutputResult, m: Metrics) -> str:
+    if m.worst:
+        return res.element_line(m.worst[0])
+    return f"{res.output} [{res.context}]"
+
+
+def _verdict(res: OutputResult, m: Metrics, rule: Rule) -> None:
+    n = m.n
+    special = m.nan_mismatches + m.inf_mismatches
+    if rule.pass_fraction >= 1:
+        ok = m.failures == 0
+    else:
+        allowed = math.floor((1 - rule.pass_fraction) * n + 1e-9)
+        ok = m.failures <= allowed and special == 0
+    cap_hit = (rule.max_abs_cap is not None and m.max_abs is not None
+               and m.max_abs.abs_err > rule.max_abs_cap)
+    ok = ok and not cap_hit
+    res.status = "pass" if ok else "fail"
+    what = "bit-identical" if rule.bitwise else "within tolerance"
+    if ok:
+        if m.failures:
+            res.reason = (f"{n - m.failures} of {n} elements {what} "
+                          f"({1 - m.mismatch_fraction:.2%} >= {rule.pass_fraction:.0%})")
+        else:
+            res.reason = f"all {n} elements {what}" + (
+                f" ({m.n_special_matched} NaN/Inf matched)" if m.n_special_matched else "")
+        res.message = ""
+        return
+    parts = []
+    if m.failures:
+        parts.append(f"{m.failures} of {n} elements ({m.mismatch_fraction:.3%}) not {what}")
+    if special:
+        parts.append(f"{m.nan_mismatches} NaN and {m.inf_mismatches} Inf mismatches")
+    if cap_hit:
+        parts.append(f"max abs error {m.max_abs.abs_err:.3g} > cap {rule.max_abs_cap:g}")
+    res.reason = "; ".join(parts)
+    res.message = _worst_line(res, m)
+
+
+def _verdict_ratio(res: OutputResult, m: Metrics, b: Metrics, rule: Rule) -> None:
+    t_max, t_mean, t_rmse = RATIO_LEVELS[rule.ratio_level]
+
+    def ratio(dev, bench):
+        dev = dev or 0.0
+        bench = bench or 0.0
+        if bench > 0:
+            return dev / bench
+        return 0.0 if dev == 0 else math.inf
+
+    r = {"level": rule.ratio_level,
+         "max_rel": ratio(m.max_rel, b.max_rel), "mean_rel": ratio(m.mean_rel, b.mean_rel),
+         "rmse": ratio(m.rmse, b.rmse),
+         "small_errors": ratio(m.small_errors, b.small_errors),
+         "device": {"max_rel": m.max_rel, "mean_rel": m.mean_rel, "rmse": m.rmse,
+                    "small_errors": m.small_errors},
+         "benchmark": {"max_rel": b.max_rel, "mean_rel": b.mean_rel, "rmse": b.rmse,
+                       "small_errors": b.small_errors},
+         "thresholds": {"max_rel": t_max, "mean_rel": t_mean, "rmse": t_rmse,
+                        "small_errors": RATIO_SMALL_COUNT}}
+    res.ratio = {k: (v if not isinstance(v, float) or math.isfinite(v) else str(v))
+                 for k, v in r.items()}
+    over = [f"{k} ratio {r[k]:.3g} > {r['thresholds'][k]:g}"
+            for k in ("max_rel", "mean_rel", "rmse", "small_errors") if r[k] > r["thresholds"][k]]
+    special = m.nan_mismatches + m.inf_mismatches
+    if special:
+        over.append(f"{m.nan_mismatches} NaN and {m.inf_mismatches} Inf mismatches")
+    if not over:
+        res.status = "pass"
+        res.reason = (f"device/benchmark ratios within {rule.ratio_level}: max-rel "
+                      f"{r['max_rel']:.3g}, mean-rel {r['mean_rel']:.3g}, RMSE {r['rmse']:.3g}")
+        return
+    res.status = "fail"
+    res.reason = f"{rule.ratio_level}: " + "; ".join(over)
+    res.message = f"{_worst_line(res, m)}; {res.reason}"

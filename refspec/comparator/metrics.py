@@ -1,0 +1,386 @@
+"""Exact metrics of one output, accumulated block by block in float64 (spec/tolerances.md,
+"Report beside the verdict").
+
+:class:`Accumulator` sees each block once: the actual values widened to float64, the exact
+golden g, the per-element "badness" (error divided by what the rule allows: > 1 fails) from
+:mod:`refspec.compare.judge`, and the special-value verdicts. It keeps only scalars, a histogram,
+the top-k worst elements and, if asked, a 2-D error map, so memory does not grow with the file.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["Accumulator", "Metrics", "Element", "ULP_BIN_EXPONENTS", "ulp_bin_labels",
+           "ulp_bin_counts", "product_sums", "top_order", "Scratch"]
+
+#: ulp histogram bins: exact 0, then (2^(k-1), 2^k] for k = -1 .. 20, then > 2^20
+ULP_BIN_EXPONENTS = tuple(range(-1, 21))
+_NBINS = len(ULP_BIN_EXPONENTS) + 2
+
+
+def ulp_bin_labels() -> list[str]:
+    labels = ["0", "(0, 1/2]"]
+    for k in ULP_BIN_EXPONENTS[1:]:
+        labels.append(f"({_pow2(k - 1)}, {_pow2(k)}]")
+    labels.append(f"> {_pow2(ULP_BIN_EXPONENTS[-1])}")
+    return labels
+
+
+def _pow2(k: int) -> str:
+    return "1/2" if k == -1 else str(2 ** k)
+
+
+_MANT64 = (1 << 52) - 1
+#: biased float64 exponent of the top bin's lower edge: x > 2^20 lands in bin _NBINS - 1
+_TOP_BIASED = 1023 + ULP_BIN_EXPONENTS[-1] + 1
+
+
+def ulp_bin_counts(ulps: np.ndarray, scratch: np.ndarray | None = None) -> np.ndarray:
+    """Histogram counts of non-negative finite float64 ``ulps`` over the bins of
+    :func:`ulp_bin_labels`, from the bit patterns alone: adding the mantissa mask to the bits
+    carries into the exponent exactly when the mantissa is non-zero, so the biased exponent
+    B = (bits + mask) >> 52 is 1023 + ceil(log2 x) for x > 0 (1 for subnormals, 0 for zero),
+    i.e. x is in (2^(B-1024), 2^(B-1023)]. ``scratch``: an int64 buffer of the same size."""
+    bits = ulps.view(np.int64)
+    b = np.add(bits, _MANT64, out=scratch)
+    b >>= 52
+    c = np.bincount(b, minlength=_TOP_BIASED + 1)
+    lo = 1023 + ULP_BIN_EXPONENTS[0]                  # B of bin (2^-2, 2^-1]
+    out = np.empty(_NBINS, np.int64)
+    out[0] = c[0]
+    out[1] = c[1:lo + 1].sum()
+    out[2:-1] = c[lo + 1:_TOP_BIASED]
+    out[-1] = c[_TOP_BIASED:].sum()
+    return out
+
+
+def product_sums(a: np.ndarray, g: np.ndarray, d: np.ndarray) -> tuple[float, float, float, float]:
+    """(sum d*d, sum a*g, sum a*a, sum g*g) in float64, the sums behind RMSE and cosine
+    similarity."""
+    return (float(np.einsum("i,i->", d, d)), float(np.einsum("i,i->", a, g)),
+            float(np.einsum("i,i->", a, a)), float(np.einsum("i,i->", g, g)))
+
+
+def top_order(keys, T: int, idx: np.ndarray | None = None) -> np.ndarray:
+    """Positions of the first ``T`` elements under the total order (keys[0] descending, then
+    keys[1] descending, ..., then position ascending), in that order. ``keys``: equal-length
+    float arrays without NaN; ``idx``: candidate positions (ascending), None for all."""
+    n = keys[0].size if idx is None else idx.size
+    if T <= 0 or n == 0:
+        return np.empty(0, np.int64)
+    sel = _select(keys, idx, T)
+    order = np.lexsort((sel,) + tuple(-k[sel] for k in reversed(keys)))
+    return sel[order]
+
+
+def _select(keys, idx, T):
+    p = keys[0] if idx is None else keys[0][idx]
+    if p.size <= T:
+        return np.arange(p.size, dtype=np.int64) if idx is None else idx
+    v = np.partition(p, p.size - T)[p.size - T]
+    gt = np.flatnonzero(p > v)
+    eq = np.flatnonzero(p == v)
+    if idx is not None:
+        gt, eq = idx[gt], idx[eq]
+    need = T - gt.size
+    if eq.size > need:
+        eq = _select(keys[1:], eq, need) if len(keys) > 1 else eq[:need]
+    return np.concatenate((gt, eq)).astype(np.int64, copy=False)
+
+
+@dataclass
+class Element:
+    """One element: its flat index, actual and golden values, |a - g|, ulps, badness."""
+
+    flat: int
+    actual: float
+    golden: float
+    abs_err: float
+    ulps: float
+    badness: float
+    kind: str = "numeric"          # numeric | nan mismatch | inf mismatch
+
+
+@dataclass
+class Metrics:
+    """What :meth:`Accumulator.finish` returns (all errors against the exact golden)."""
+
+    n: int = 0
+    n_numeric: int = 0
+    n_special_matched: int = 0
+    nan_mismatches: int = 0
+    inf_mismatches: int = 0
+    failures: int = 0                      # numeric elements over the rule, plus special mismatches
+    max_badness: float = 0.0
+    max_abs: Element | None = None
+    max_rel: float | None = None           # on non-small elements
+    max_rel_at: Element | None = None
+    mean_rel: float | None = None
+    rmse: float | None = None
+    cosine: float | None = None
+    n_small: int = 0
+    small_errors: int = 0                  # small elements with |a - g| > E
+    max_abs_small: float | None = None
+    ulp_hist: list[int] = field(default_factory=lambda: [0] * _NBINS)
+    worst: list[Element] = field(default_factory=list)
+    heatmap: np.ndarray | None = None
+
+    @property
+    def mismatch_fraction(self) -> float:
+        return self.failures / self.n if self.n else 0.0
+
+
+def _drop(x: np.ndarray, keep: np.ndarray, n_drop: int) -> np.ndarray:
+    """``x[keep]`` (the same elements in the same order); when only a few are dropped, joined
+    from the runs between them, which copies faster than a boolean mask selects."""
+    if n_drop > 64:
+        return x[keep]
+    cut = np.flatnonzero(~keep)
+    starts = np.concatenate(([0], cut + 1))
+    stops = np.concatenate((cut, [x.size]))
+    return np.concatenate([x[i:j] for i, j in zip(starts.tolist(), stops.tolist())])
+
+
+def _worst_key(e: Element):
+    """Sort key (descending) of the worst elements: badness, |a - g|, then the lower flat index."""
+    return (e.badness, e.abs_err, -e.flat)
+
+
+class Scratch:
+    """Temporaries of one compute step, allocated once and reused for every block."""
+
+    def __init__(self, n: int):
+        self.size = n
+        f = lambda: np.empty(n, np.float64)  # noqa: E731
+        self.a64, self.d, self.ad, self.ag, self.ulp, self.ulps, self.tol, self.rel = \
+            (f() for _ in range(8))
+        self.ints = np.empty(n, np.int64)
+        self.mask = np.empty(n, bool)
+
+
+class Accumulator:
+    """Streaming metrics of one output. ``small`` is (SV, E); ``top`` the number of worst
+    elements kept; ``heat`` (shape, axes i, j) asks for a max-badness map over two axes."""
+
+    def __init__(self, small: tuple[float, float], top: int = 10, heat=None):
+        self.sv, self.e_small = small
+        self.top = top
+        self.m = Metrics()
+        self._sum_d2 = self._sum_ag = self._sum_a2 = self._sum_g2 = 0.0
+        self._sum_rel = 0.0
+        self._n_rel = 0
+        self._cand: list[Element] = []
+        self._kth = None                  # cached _kth_best(); reset when _cand changes
+        self._heat = None
+        if heat is not None:
+            shape, i, j = heat
+            self._heat_shape, self._hi, self._hj = shape, i, j
+            self._heat = np.zeros((shape[i], shape[j]) if j is not None else (1, shape[i]))
+
+    # -- numeric elements ------------------------------------------------------------------
+    def add_numeric(self, flat0: int, where: np.ndarray | None, a: np.ndarray, g: np.ndarray,
+                    ad: np.ndarray, ag: np.ndarray, ulps: np.ndarray, bad: np.ndarray) -> None:
+        """Numeric elements of one block: ``where`` their positions in the block (None = all,
+        in order from flat index ``flat0``); a, g float64; ad = |a - g|; ag = |g|."""
+        m = self.m
+        n = a.size
+        if n == 0:
+            return
+        m.n_numeric += n
+        fails = int(np.count_nonzero(bad > 1.0))
+        m.failures += fails
+        bmax = float(bad.max())
+        if bmax > m.max_badness:
+            m.max_badness = bmax
+        i = int(np.argmax(ad))
+        if m.max_abs is None or ad[i] > m.max_abs.abs_err:
+            m.max_abs = self._element(flat0, where, i, a, g, ad, ulps, bad)
+        self._add_sums(a, g, a - g)
+        small = ag < self.sv
+        ns = self._add_small(ad, small)
+        if ns < n:
+            big = ~small if ns else slice(None)
+            rel = ad[big] / ag[big]
+            self._add_rel(rel, big, ns, flat0, where, a, g, ad, ulps, bad)
+        self._hist(ulps)
+        self._keep_worst(flat0, where, a, g, ad, ulps, bad)
+        if self._heat is not None:
+            self._heat_add(flat0, where, bad)
+
+    def add_all_numeric(self, flat0: int, a: np.ndarray, g: np.ndarray, d: np.ndarray,
+                        ad: np.ndarray, ag: np.ndarray, ulps: np.ndarray, bad: np.ndarray,
+                        i_max: int, scratch) -> None:
+        """:meth:`add_numeric` for a block whose elements are all numeric (``where`` None),
+        with ``d = a - g`` and ``i_max = argmax(ad)`` already computed and the temporaries in
+        ``scratch`` (:class:`Scratch`). Same operations on the same values, so the same
+        numbers; passes whose outcome is known are skipped (no failure count when no badness
+        exceeds 1, no worst-element selection when no element can enter the kept top)."""
+        m = self.m
+        n = a.size
+        if n == 0:
+            return
+        m.n_numeric += n
+        bmax = float(bad.max())
+        if not bmax <= 1.0:
+            m.failures += int(np.count_nonzero(bad > 1.0))
+        if bmax > m.max_badness:
+            m.max_badness = bmax
+        if m.max_abs is None or ad[i_max] > m.max_abs.abs_err:
+            m.max_abs = self._element(flat0, None, i_max, a, g, ad, ulps, bad)
+        self._add_sums(a, g, d)
+        small = np.less(ag, self.sv, out=scratch.mask[:n])
+        ns = self._add_small(ad, small)
+        if ns < n:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rel = np.divide(ad, ag, out=scratch.rel[:n])
+            big = None
+            if ns:
+                big = np.logical_not(small, out=small)
+                rel = _drop(rel, big, ns)
+            self._add_rel(rel, big, ns, flat0, None, a, g, ad, ulps, bad)
+        h = self.m.ulp_hist
+        for b, c in enumerate(ulp_bin_counts(ulps, scratch.ints[:n]).tolist()):
+            h[b] += c
+        if self.top > 0:
+            t = self._kth_best()
+            if t is None or not bmax < t:       # otherwise every element ranks below the top
+                self._keep_worst(flat0, None, a, g, ad, ulps, bad, bmax)
+
+    def _kth_best(self) -> float | None:
+        """The ``top``-th largest badness among the candidates (None: fewer than ``top``)."""
+        if len(self._cand) < self.top:
+            return None
+        if self._kth is None:
+            self._kth = sorted((e.badness for e in self._cand), reverse=True)[self.top - 1]
+        return self._kth
+
+    def add_special(self, flat0: int, where: np.ndarray, a: np.ndarray, g: np.ndarray,
+                    matched: np.ndarray, nan_mismatch: np.ndarray) -> None:
+        """Special-value positions of one block (NaN/Inf on either side): ``matched`` where
+        they agree, ``nan_mismatch`` where exactly one side is NaN; other unmatched positions
+        are Inf mismatches."""
+        m = self.m
+        m.n_special_matched += int(np.count_nonzero(matched))
+        bad_nan = int(np.count_nonzero(nan_mismatch))
+        bad_inf = int(np.count_nonzero(~matched & ~nan_mismatch))
+        m.nan_mismatches += bad_nan
+        m.inf_mismatches += bad_inf
+        m.failures += bad_nan + bad_inf
+        if bad_nan + bad_inf:
+            m.max_badness = math.inf
+            for k in np.flatnonzero(~matched)[: self.top]:
+                self._cand.append(Element(flat0 + int(where[k]), float(a[k]), float(g[k]),
+                                          math.inf, math.inf, math.inf,
+                                          "nan mismatch" if nan_mismatch[k] else "inf mismatch"))
+            self._trim()
+            if self._heat is not None:
+                self._heat_add(flat0, where[~matched], np.full(int((~matched).sum()), np.inf))
+
+    def count(self, n: int) -> None:
+        self.m.n += n
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _add_sums(self, a, g, d) -> None:
+        """Exact float64 sums behind RMSE and cosine similarity."""
+        d2, ag, a2, g2 = product_sums(a, g, d)
+        self._sum_d2 += d2
+        self._sum_ag += ag
+        self._sum_a2 += a2
+        self._sum_g2 += g2
+
+    def _add_rel(self, rel, big, ns, flat0, where, a, g, ad, ulps, bad) -> None:
+        """Relative errors of the non-small elements (``big`` their mask when ``ns`` > 0):
+        their sum for the mean and the largest with its element."""
+        m = self.m
+        self._sum_rel += float(rel.sum())
+        self._n_rel += rel.size
+        k = int(np.argmax(rel))
+        if m.max_rel is None or rel[k] > m.max_rel:
+            m.max_rel = float(rel[k])
+            pos = np.flatnonzero(big)[k] if ns else k
+            m.max_rel_at = self._element(flat0, where, pos, a, g, ad, ulps, bad)
+
+    def _add_small(self, ad, small) -> int:
+        """Small-value counts (|g| < SV) and their errors; returns how many are small."""
+        m = self.m
+        ns = int(np.count_nonzero(small))
+        if ns:
+            m.n_small += ns
+            ads = ad[small]
+            m.small_errors += int(np.count_nonzero(ads > self.e_small))
+            mx = float(ads.max())
+            m.max_abs_small = mx if m.max_abs_small is None else max(m.max_abs_small, mx)
+        return ns
+
+    @staticmethod
+    def _element(flat0, where, i, a, g, ad, ulps, bad) -> Element:
+        flat = flat0 + (int(where[i]) if where is not None else int(i))
+        return Element(flat, float(a[i]), float(g[i]), float(ad[i]), float(ulps[i]), float(bad[i]))
+
+    def _hist(self, ulps: np.ndarray) -> None:
+        h = self.m.ulp_hist
+        zero = ulps == 0
+        nz = int(np.count_nonzero(zero))
+        h[0] += nz
+        pos = ulps[~zero] if nz else ulps
+        if pos.size == 0:
+            return
+        mant, exp = np.frexp(pos)                 # pos = mant * 2^exp, mant in [0.5, 1)
+        k = exp - (mant == 0.5)                   # bin (2^(k-1), 2^k]
+        lo, hi = ULP_BIN_EXPONENTS[0], ULP_BIN_EXPONENTS[-1]
+        np.clip(k, lo, hi + 1, out=k)
+        counts = np.bincount(k - lo, minlength=hi - lo + 2)
+        for b, c in enumerate(counts):
+            h[1 + b] += int(c)
+
+    def _keep_worst(self, flat0, where, a, g, ad, ulps, bad, bmax=None) -> None:
+        if self.top <= 0:
+            return
+        if bmax is None:
+            bmax = float(bad.max())
+        # the step's first elements by (badness, |a - g|) descending, then flat index ascending:
+        # the order of the report, total so that ties never depend on the selection algorithm
+        idx = top_order([bad, ad] if bmax > 0 else [ad], self.top)
+        for i in idx.tolist():
+            self._cand.append(self._element(flat0, where, i, a, g, ad, ulps, bad))
+        self._trim()
+
+    def _trim(self) -> None:
+        self._kth = None
+        if len(self._cand) > 4 * self.top:
+            self._cand.sort(key=_worst_key, reverse=True)
+            del self._cand[self.top:]
+
+    def _heat_add(self, flat0, where, values) -> None:
+        shape = self._heat_shape
+        flat = flat0 + (np.arange(values.size) if where is None else where)
+        idx = np.unravel_index(flat, shape)
+        if self._hj is None:
+            rows, cols = np.zeros_like(idx[self._hi]), idx[self._hi]
+        else:
+            rows, cols = idx[self._hi], idx[self._hj]
+        np.maximum.at(self._heat, (rows, cols), np.minimum(values, 1e300))
+
+    def finish(self) -> Metrics:
+        m = self.m
+        if m.n_numeric:
+            m.rmse = math.sqrt(self._sum_d2 / m.n_numeric)
+            denom = math.sqrt(self._sum_a2) * math.sqrt(self._sum_g2)
+            m.cosine = self._sum_ag / denom if denom > 0 else (1.0 if self._sum_d2 == 0 else 0.0)
+        if self._n_rel:
+            m.mean_rel = self._sum_rel / self._n_rel
+        self._cand.sort(key=_worst_key, reverse=True)
+        seen, worst = set(), []
+        for e in self._cand:
+            if e.flat not in seen:
+                seen.add(e.flat)
+                worst.append(e)
+            if len(worst) == self.top:
+                break
+        m.worst = worst
+        m.heatmap = self._heat
+        return m

@@ -1,0 +1,201 @@
+"""``refspec.compare(golden, actual, ...)``: judge every selected case and output, return a
+:class:`~refspec.compare.report.Report` (docs/compare.md)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from math import prod
+
+from .. import goldens, ops
+from ..goldens.export import select_cases
+from ..spec.terms import ELEMENTWISE
+from .actuals import H5Source, MemorySource, NpzSource, Problem, TreeSource, ActualSource
+from .benchmark import BenchmarkUnavailable, float32_benchmark
+from .judge import JudgeOptions, golden_output_info, judge_output
+from .mapping import Mapping, load_mapping
+from .msprobe import MsprobeSource, is_msprobe_dir
+from .naming import context_of
+from .report import OutputResult, Report
+from .standards import RATIO_LEVELS, STANDARD_NAMES, resolve_rule
+
+__all__ = ["compare", "open_source", "CompareUsageError"]
+
+
+class CompareUsageError(ValueError):
+    """Arguments that cannot work (unknown standard, unusable actual path, bad mapping)."""
+
+
+def open_source(actual, mapping: Mapping | None = None) -> ActualSource:
+    """An ActualSource for a path (directory tree, msprobe dump, .npz/.npy, HDF5) or a dict of
+    arrays."""
+    if isinstance(actual, ActualSource):
+        return actual
+    if isinstance(actual, dict):
+        return MemorySource(actual)
+    path = os.fspath(actual)
+    if not os.path.exists(path):
+        raise CompareUsageError(f"{path}: no such file or directory (the actual outputs)")
+    if os.path.isdir(path):
+        if is_msprobe_dir(path):
+            if mapping is None:
+                raise CompareUsageError(f"{path} is an msprobe dump: give a mapping file (--map) "
+                                        "saying which dump tensor is which golden output")
+            return MsprobeSource(path, mapping)
+        return TreeSource(path)
+    low = path.lower()
+    if low.endswith((".npz", ".npy")):
+        return NpzSource(path, mapping)
+    import h5py
+    if low.endswith((".h5", ".hdf5", ".hdf")) or h5py.is_hdf5(path):
+        return H5Source(path)
+    raise CompareUsageError(f"{path}: not a directory, .npz, .npy or HDF5 file; allowed actual "
+                            "outputs: an export directory or <case_id>/<output>.bin|.npy tree, "
+                            ".npz/.npy, HDF5, an msprobe dump directory")
+
+
+def _cases(golden, selectors):
+    """(label, list of cases, closer) for a path, an open GoldenFile, or case objects."""
+    if isinstance(golden, (str, os.PathLike)):
+        gf = goldens.open(golden)
+        try:
+            ids = select_cases(gf, selectors)
+        except BaseException:
+            gf.close()
+            raise
+        return os.fspath(golden), (gf[i] for i in ids), len(ids), gf.close
+    if isinstance(golden, goldens.GoldenFile):
+        ids = select_cases(golden, selectors)
+        return golden.path, (golden[i] for i in ids), len(ids), lambda: None
+    cases = list(golden) if isinstance(golden, (list, tuple)) else [golden]
+    if selectors:
+        import fnmatch
+        cases = [c for c in cases if any(fnmatch.fnmatchcase(c.case_id, s) for s in selectors)]
+    label = cases[0].case_id if len(cases) == 1 else f"{len(cases)} cases"
+    return label, iter(cases), len(cases), lambda: None
+
+
+def compare(golden, actual, *, cases=None, standard: str = "default", rtol: float | None = None,
+            atol: float | None = None, saturation: bool = False, mapping=None, top: int = 10,
+            ratio_level: str | None = None, heatmaps: bool = False,
+            heatmap_axes: str | None = None, progress=None, fast: bool = True) -> Report:
+    """Judge a kernel's outputs against golden cases.
+
+    ``golden``: a golden HDF5 path, an open :class:`refspec.goldens.GoldenFile`, or case objects
+    (``GoldenCase``/``MemoryCase``). ``actual``: a directory (``refspec export`` layout or any
+    ``<case_id>/<output>.bin|.npy`` tree), a ``.npz``/``.npy`` file, an HDF5 file, an msprobe dump
+    directory (with ``mapping``), or a dict of arrays (``{case_id: {output: array}}``, or
+    ``{output: array}`` for one case). ``cases``: ids or shell patterns. ``standard``: one of
+    :data:`STANDARD_NAMES`; ``rtol``/``atol`` override its numbers for this run.
+    ``saturation``: accept max-finite where the golden is an infinity (both clipped).
+    ``fast=False`` judges every block by the reference step instead of the fused one (the
+    same report, slower; for checking and benchmarks). Input problems become per-output statuses; :class:`CompareUsageError` and
+    :class:`refspec.goldens.GoldenFileError` are raised for unusable arguments.
+    """
+    if standard not in STANDARD_NAMES:
+        raise CompareUsageError(f"unknown standard {standard!r}; allowed: {', '.join(STANDARD_NAMES)}")
+    if standard == "ratio" and (rtol is not None or atol is not None):
+        raise CompareUsageError("--rtol/--atol do not apply to the ratio standard (it judges "
+                                "error ratios against a benchmark)")
+    if ratio_level is not None and ratio_level not in RATIO_LEVELS:
+        raise CompareUsageError(f"unknown ratio level {ratio_level!r}; allowed: {', '.join(RATIO_LEVELS)}")
+    for name, v in (("rtol", rtol), ("atol", atol)):
+        if v is not None and not (v >= 0 and np.isfinite(v)):
+            raise CompareUsageError(f"{name} must be a finite number >= 0, got {v!r}")
+    if mapping is not None and not isinstance(mapping, Mapping):
+        mapping = load_mapping(mapping)
+    if isinstance(cases, str):
+        cases = [cases]
+    t0 = time.perf_counter()
+    source = open_source(actual, mapping)
+    label, case_iter, n_cases, close = _cases(golden, cases)
+    overrides = {k: v for k, v in (("rtol", rtol), ("atol", atol)) if v is not None}
+    report = Report(golden=label, actual=getattr(source, "path", str(actual)), standard=standard,
+                    overrides=overrides, saturation=saturation)
+    opts = JudgeOptions(standard, rtol, atol, saturation, top, ratio_level, heatmap_axes, heatmaps,
+                        fast=fast)
+    try:
+        for i, case in enumerate(case_iter):
+            if getattr(case, "expected_error", None) is not None:
+                report.skipped.append((case.case_id, f"negative case: the operator must reject it "
+                                                     f"(aclnn {case.expected_error})"))
+                continue
+            source.single_case = case.case_id if n_cases == 1 else None
+            _judge_case(case, source, opts, report)
+            if progress is not None:
+                progress(i + 1, n_cases, case.case_id)
+    finally:
+        close()
+        source.close()
+    report.elapsed = time.perf_counter() - t0
+    return report
+
+
+#: cases with more input elements than this are judged without the float32 evaluation bound
+ELEMENTWISE_TERMS_MAX = 1 << 24
+
+
+def elementwise_sum_abs(case, names) -> dict:
+    """S (sum of |terms|) of the elementwise outputs ``names`` of a case, from its operator
+    record (the spec's formula blocks on absolute values); {} for large cases or operators
+    without such terms."""
+    record = ops.find(case.op)
+    if not names or record is None or record.elementwise_sum_abs is None:
+        return {}
+    if sum(prod(case.inputs[n].shape) for n in case.input_names) > ELEMENTWISE_TERMS_MAX:
+        return {}
+    inputs = {n: case.inputs[n][()] for n in case.input_names}
+    return record.elementwise_sum_abs(inputs, record.attrs_of(case.params), case.soc or None,
+                                      names)
+
+
+def _judge_case(case, source, opts: JudgeOptions, report: Report) -> None:
+    context = context_of(case.op, case.params)
+    elem_S = {}
+    if opts.standard == "default" and opts.rtol is None and opts.atol is None:
+        names = [n for n in case.output_names
+                 if case.output_meta(n).get("comparison_class") == ELEMENTWISE
+                 and n not in case.sum_abs
+                 and case.output_meta(n).get("dtype") in ("float32", "float64")]
+        try:
+            elem_S = elementwise_sum_abs(case, names)
+        except Exception:       # without S the element rule alone judges
+            elem_S = {}
+    bench, bench_error = None, None
+    if opts.standard == "ratio":
+        try:
+            bench = float32_benchmark(case)
+        except BenchmarkUnavailable as exc:
+            bench_error = str(exc)
+        except Exception as exc:  # inputs the spec rejects, and the like
+            bench_error = f"benchmark failed: {' '.join(str(exc).split())}"
+    for name in case.output_names:
+        try:
+            info = golden_output_info(case, name)
+            rule = resolve_rule(opts.standard, info["dtype_name"], info["cls"], info["K"],
+                                rtol=opts.rtol, atol=opts.atol, op=case.op,
+                                ratio_level=opts.ratio_level)
+        except Exception as exc:
+            report.results.append(OutputResult(case.case_id, case.op, name, context,
+                                               regenerate=case.regenerate, status="error",
+                                               reason=f"golden metadata: {exc}",
+                                               message=f"{name}: error: golden metadata: {exc} [{context}]"))
+            continue
+        if bench_error is not None:
+            report.results.append(OutputResult(case.case_id, case.op, name, context,
+                                               regenerate=case.regenerate, status="error",
+                                               comparison_class=info["cls"], dtype=info["dtype_name"],
+                                               shape=info["shape"], axes=info["axes"],
+                                               reason=bench_error, rule=rule.describe(),
+                                               message=f"{name}: error: {bench_error} [{context}]"))
+            continue
+        try:
+            actual = source.lookup(case.case_id, case.op, name, info["dtype"], info["shape"])
+        except Exception as exc:  # a reader bug must not end the run
+            actual = Problem("unreadable", f"{' '.join(str(exc).split())}")
+        res = judge_output(case, name, actual, rule, opts, context,
+                           None if bench is None else bench.get(name), elem_S.get(name))
+        report.results.append(res)

@@ -1,0 +1,99 @@
+"""Turning one sweep case into golden data by calling the public spec functions.
+
+:func:`build_case` asks the case's operator record (:mod:`refspec.ops`) for its inputs (planned
+and sampled per distribution, rounded once to the case dtype) and calls the spec function with
+``soc=`` the case's profile:
+
+- a call the profile rejects makes a *negative case*: its inputs plus the error the spec raised
+  (code and message; codes are never written down here);
+- otherwise ``exact`` = the spec with ``out_dtype=np.float64`` and ``expected`` = each exact
+  output rounded once (:func:`refspec.spec.dtypes.round_to`) to its documented dtype, with the
+  tolerance metadata of :mod:`refspec.spec.terms` and the axis letters of each output.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import ops
+from ..spec.dtypes import round_to
+from ..spec.errors import AclnnError
+from .sweep import Case
+
+__all__ = ["CaseData", "build_case", "probe", "regenerate_command", "expected_outputs"]
+
+
+@dataclass
+class CaseData:
+    """Everything the writer needs for one case (plain data)."""
+
+    case_id: str
+    op: str                      # the spec function name
+    params: dict
+    seed: int
+    soc: str | None
+    distribution: str
+    inputs: dict
+    expected: dict = field(default_factory=dict)
+    exact: dict = field(default_factory=dict)
+    terms: dict = field(default_factory=dict)
+    axes: dict = field(default_factory=dict)
+    error: AclnnError | None = None
+
+    @property
+    def negative(self) -> bool:
+        return self.error is not None
+
+    @property
+    def nbytes(self) -> int:
+        arrays = [*self.inputs.values(), *self.expected.values(), *self.exact.values(),
+                  *(t.sum_abs for t in self.terms.values() if t.sum_abs is not None)]
+        return sum(a.nbytes for a in arrays)
+
+    def writer_kwargs(self, regenerate: str = "") -> dict:
+        """Keyword arguments of GoldenWriter.write_case (after the case id)."""
+        return dict(op=self.op, params=self.params, seed=self.seed, soc=self.soc,
+                    distribution=self.distribution, inputs=self.inputs, expected=self.expected,
+                    exact=self.exact, terms=self.terms, axes=self.axes, expected_error=self.error,
+                    regenerate=regenerate)
+
+
+def probe(params: dict) -> AclnnError | None:
+    """The error the case's profile raises for its arguments, found without computing anything
+    (the validation sees zero-stride arrays of the planned shapes and dtypes: it never looks at
+    values, and the rules check arguments before any arithmetic)."""
+    return ops.get(params["op"]).probe(params)
+
+
+def expected_outputs(op: ops.Operator, params: dict, exact: dict) -> dict:
+    """Each exact output rounded once (half to even) to its documented dtype."""
+    return {k: round_to(v, op.output_dtype(k, params["dtype"])) for k, v in exact.items()}
+
+
+def build_case(case: Case) -> CaseData:
+    """Inputs, outputs and metadata of one case (see the module docstring)."""
+    op = ops.get(case.op)
+    p = case.params
+    inputs = op.sample(p, case.seed)
+    data = CaseData(case.id, op.function, p, case.seed, p["soc"], p["distribution"], inputs)
+    attrs = op.attrs_of(p)
+    try:
+        exact = op.call(inputs, attrs, p["soc"], out_dtype=np.float64)
+    except AclnnError as exc:
+        data.error = exc
+        return data
+    terms = op.terms(inputs, attrs, p["soc"])
+    data.exact = exact
+    data.expected = expected_outputs(op, p, exact)
+    data.terms = {k: terms[k] for k in exact}
+    data.axes = {k: op.output_axes(p, k) for k in exact}
+    return data
+
+
+def regenerate_command(case: Case, sweep_ref: str, seed: int) -> str:
+    """The shell command that regenerates exactly this case."""
+    return (f"refspec generate --sweep {shlex.quote(str(sweep_ref))} --seed {int(seed)} "
+            f"--case {shlex.quote(case.id)} -o {shlex.quote(case.id.replace('/', '_') + '.h5')}")

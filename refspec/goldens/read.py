@@ -1,0 +1,354 @@
+"""Reading golden HDF5 files (schema v1): GoldenFile, GoldenCase, LazyArray.
+
+Nothing is read before it is asked for: a LazyArray reads the slices it is indexed with (or
+whole, with ``read()``), decoding bfloat16 bit patterns to ``ml_dtypes.bfloat16``, so a
+comparator can stream a 4 GiB file in blocks (``LazyArray.blocks``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from math import prod
+
+import h5py
+import numpy as np
+
+from .format import (CASES_GROUP, INDEX_DATASET, SCHEMA_VERSION, GoldenFileError,
+                     UnknownCaseError, case_path, decode_array, read_attrs, real_dtype)
+
+__all__ = ["open", "GoldenFile", "GoldenCase", "LazyArray", "ArrayGroup"]
+
+class LazyArray:
+    """One dataset of a golden file, read on demand and decoded to its real dtype.
+
+    ``arr[index]`` follows h5py's indexing rules (slices with positive steps, integers,
+    increasing index lists) and returns a NumPy array; ``arr.read()`` and ``np.asarray(arr)``
+    read it whole.
+    """
+
+    def __init__(self, ds: h5py.Dataset):
+        self._ds = ds
+        self.name = ds.name.rsplit("/", 1)[-1]
+        self.encoding = ds.attrs.get("encoding")
+        self.dtype = real_dtype(ds)
+        self.shape = tuple(ds.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def chunks(self):
+        return self._ds.chunks
+
+    @property
+    def compression(self) -> str:
+        """"none", "lzf", "gzip:N", with "+shuffle" when the shuffle filter is on."""
+        ds = self._ds
+        name = ds.compression or "none"
+        if name == "gzip":
+            name = f"gzip:{ds.compression_opts}"
+        return name + ("+shuffle" if ds.shuffle else "")
+
+    @property
+    def stored_nbytes(self) -> int:
+        """Bytes the dataset occupies in the file (after compression)."""
+        return int(self._ds.id.get_storage_size())
+
+    @property
+    def attrs(self) -> dict:
+        return read_attrs(self._ds)
+
+    @property
+    def file_path(self) -> str:
+        """The file the dataset is stored in."""
+        return self._ds.file.filename
+
+    def raw_extents(self):
+        """Where the dataset's elements lie in its file when they are stored raw, or None.
+
+        A list of ``(flat_start, count, byte_offset)`` in C order covering every element:
+        ``count`` elements from flat index ``flat_start`` are the stored bytes at
+        ``byte_offset`` of :attr:`file_path` (little-endian, as stored: bfloat16 as its bit
+        patterns). None when they are not: filters (compression, shuffle, checksums),
+        unallocated chunks (fill values), chunks that are not runs of whole trailing axes,
+        big-endian storage, a user block, or an HDF5 library that cannot tell.
+        """
+        ds = self._ds
+        try:
+            return _raw_extents(ds)
+        except Exception:  # an HDF5 build without the chunk queries, and the like
+            return None
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d array")
+        return self.shape[0]
+
+    def _check_open(self):
+        if not self._ds.id.valid:
+            raise GoldenFileError(f"dataset {self.name} read after its file was closed")
+
+    def __getitem__(self, index) -> np.ndarray:
+        self._check_open()
+        if self.size == 0:
+            return decode_array(np.empty(self.shape, self._ds.dtype)[index], self.encoding)
+        return decode_array(self._ds[index], self.encoding)
+
+    def read(self) -> np.ndarray:
+        """The whole dataset as one array."""
+        return self[()]
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self.read()
+        return arr if dtype is None else arr.astype(dtype)
+
+    def blocks(self, max_bytes: int = 64 << 20):
+        """Yield ``(index, array)`` for consecutive C-order blocks of at most about ``max_bytes``
+        (whole runs of the first axes), so ``out[index] = array`` rebuilds the whole array."""
+        if self.ndim == 0 or self.size == 0:
+            yield (), self.read()
+            return
+        yield from self._blocks((), max_bytes)
+
+    def _blocks(self, prefix: tuple, max_bytes: int):
+        axis = len(prefix)
+        inner = prod(self.shape[axis + 1:]) * self.dtype.itemsize
+        if inner > max_bytes and axis + 1 < self.ndim:
+            for i in range(self.shape[axis]):
+                yield from self._blocks(prefix + (i,), max_bytes)
+            return
+        step = max(1, max_bytes // max(inner, 1))
+        for start in range(0, self.shape[axis], step):
+            index = prefix + (slice(start, min(start + step, self.shape[axis])),)
+            yield index, self[index]
+
+    def __repr__(self):
+        return f"<LazyArray {self._ds.name} shape={self.shape} dtype={self.dtype.name}>"
+
+
+def _raw_extents(ds: h5py.Dataset):
+    shape = tuple(ds.shape)
+    n = prod(shape)
+    itemsize = ds.dtype.itemsize
+    if (n == 0 or ds.dtype.kind not in "fiu" or ds.dtype.byteorder == ">"
+            or ds.file.userblock_size):
+        return None
+    dcpl = ds.id.get_create_plist()
+    if dcpl.get_nfilters():
+        return None
+    layout = dcpl.get_layout()
+    if layout == h5py.h5d.CONTIGUOUS:
+        off = ds.id.get_offset()
+        return None if off is None else [(0, n, int(off))]
+    if layout != h5py.h5d.CHUNKED:
+        return None
+    chunks = ds.chunks
+    ax = next((i for i, c in enumerate(chunks) if c != 1), len(shape) - 1)
+    if any(c != 1 for c in chunks[:ax]) or tuple(chunks[ax + 1:]) != shape[ax + 1:]:
+        return None                       # not a run of whole trailing axes
+    tail = prod(shape[ax + 1:])
+    chunk_bytes = prod(chunks) * itemsize
+    strides = [prod(shape[i + 1:]) for i in range(len(shape))]
+    found = []
+
+    def one(offset, filter_mask, addr, size):
+        if filter_mask or size != chunk_bytes or addr is None:
+            raise ValueError("chunk not stored raw")
+        start = sum(int(o) * st for o, st in zip(offset, strides))
+        count = min(chunks[ax], shape[ax] - int(offset[ax])) * tail
+        found.append((start, count, int(addr)))
+
+    if hasattr(ds.id, "chunk_iter"):
+        ds.id.chunk_iter(lambda info: one(info.chunk_offset, info.filter_mask, info.byte_offset,
+                                          info.size))
+    else:
+        for i in range(ds.id.get_num_chunks()):
+            info = ds.id.get_chunk_info(i)
+            one(info.chunk_offset, info.filter_mask, info.byte_offset, info.size)
+    found.sort()
+    pos = 0
+    for start, count, _ in found:
+        if start != pos:
+            return None                   # a chunk never written: its elements are fill values
+        pos += count
+    return found if pos == n else None
+
+
+class ArrayGroup(Mapping):
+    """Name -> LazyArray for one subgroup of a case (empty when the subgroup is absent)."""
+
+    def __init__(self, group: h5py.Group | None):
+        self._group = group
+        self._names = [] if group is None else list(group.keys())
+
+    def __getitem__(self, name) -> LazyArray:
+        if name not in self._names:
+            where = "absent" if self._group is None else self._group.name
+            raise KeyError(f"no dataset {name!r} in {where}; present: {', '.join(self._names) or 'none'}")
+        return LazyArray(self._group[name])
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self):
+        return len(self._names)
+
+    def __contains__(self, name):
+        return name in self._names
+
+    def __repr__(self):
+        return f"<ArrayGroup {self._names}>"
+
+
+class GoldenCase:
+    """One case of a golden file (its group's attributes and lazily read arrays)."""
+
+    def __init__(self, group: h5py.Group):
+        self._group = group
+        a = read_attrs(group)
+        self.attrs = a
+        self.case_id: str = a["case_id"]
+        self.op: str = a["op"]
+        self.params: dict = json.loads(a["params"])
+        self.seed: int = int(a["seed"])
+        self.soc: str = a.get("soc", "")
+        self.distribution: str = a.get("distribution", "")
+        code = int(a.get("expected_error_code", 0))
+        self.expected_error: int | None = code or None
+        self.expected_error_status: str | None = a.get("expected_error_status") or None
+        self.expected_error_message: str | None = a.get("expected_error_message") or None
+        self.regenerate: str = a.get("regenerate", "")
+        self.inputs = ArrayGroup(group.get("inputs"))
+        self.expected = ArrayGroup(group.get("expected"))
+        self.exact = ArrayGroup(group.get("exact"))
+        self.sum_abs = ArrayGroup(group.get("sum_abs"))
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.inputs)
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.expected)
+
+    @property
+    def is_negative(self) -> bool:
+        return self.expected_error is not None
+
+    def output_meta(self, name: str) -> dict:
+        """comparison_class, reduced_terms (int or None), axes, dtype of one expected output."""
+        a = self.expected[name].attrs
+        k = int(a.get("reduced_terms", -1))
+        return {"comparison_class": a.get("comparison_class"),
+                "reduced_terms": None if k < 0 else k,
+                "axes": a.get("axes", ""), "dtype": a.get("dtype")}
+
+    def __repr__(self):
+        return f"<GoldenCase {self.case_id} op={self.op}>"
+
+
+class GoldenFile:
+    """An open golden file; use as a context manager (see :func:`open`)."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self._file = _open_h5(self.path)
+        try:
+            self.attrs = read_attrs(self._file)
+            _check_schema(self.attrs, self.path)
+            if INDEX_DATASET not in self._file or CASES_GROUP not in self._file:
+                raise GoldenFileError("not a refspec golden file (no /index or /cases)", self.path)
+            raw = self._file[INDEX_DATASET][()]
+            self._ids = [s.decode("utf-8") if isinstance(s, bytes) else str(s) for s in raw]
+            self._id_set = set(self._ids)
+        except BaseException:
+            self._file.close()
+            raise
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.attrs.get("complete", False))
+
+    @property
+    def h5(self) -> h5py.File:
+        """The underlying h5py file (read-only)."""
+        return self._file
+
+    def case_ids(self) -> list[str]:
+        """Every case id in file order."""
+        return list(self._ids)
+
+    def __len__(self):
+        return len(self._ids)
+
+    def __contains__(self, case_id):
+        return case_id in self._id_set
+
+    def __getitem__(self, case_id: str) -> GoldenCase:
+        if case_id not in self._id_set:
+            raise UnknownCaseError(f"case {case_id!r} is not in {self.path} "
+                                   f"({len(self._ids)} cases; `refspec show {self.path}` lists them)")
+        return GoldenCase(self._file[case_path(case_id)])
+
+    def __iter__(self):
+        for case_id in self._ids:
+            yield self[case_id]
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        return f"<GoldenFile {self.path} ({len(self._ids)} cases)>"
+
+
+def _open_h5(path: str) -> h5py.File:
+    if not os.path.exists(path):
+        raise GoldenFileError("no such file", path)
+    if os.path.isdir(path):
+        raise GoldenFileError("is a directory, not a golden file", path)
+    if not os.access(path, os.R_OK):
+        raise GoldenFileError("permission denied", path)
+    if not h5py.is_hdf5(path):
+        raise GoldenFileError("not an HDF5 file (not a refspec golden file)", path)
+    try:
+        return h5py.File(path, "r")
+    except OSError as exc:
+        detail = " ".join(str(exc).split())
+        if "lock" in detail.lower():
+            detail = f"locked by another process (being written?): {detail}"
+        raise GoldenFileError(f"cannot open the HDF5 file: {detail}", path) from None
+
+
+def _check_schema(attrs: dict, path: str) -> None:
+    version = attrs.get("schema_version")
+    if version is None:
+        raise GoldenFileError("not a refspec golden file (no schema_version attribute)", path)
+    if not isinstance(version, int) or version < 1:
+        raise GoldenFileError(f"not a refspec golden file (schema_version {version!r})", path)
+    if version > SCHEMA_VERSION:
+        raise GoldenFileError(f"written with golden schema {version}, newer than the schema "
+                              f"{SCHEMA_VERSION} this refspec reads; upgrade refspec", path)
+
+
+def open(path) -> GoldenFile:  # noqa: A001 - the documented name
+    """Open a golden file for reading (a context manager); raises GoldenFileError if it is
+    missing, unreadable, not a refspec golden file or of a newer schema."""
+    return GoldenFile(path)

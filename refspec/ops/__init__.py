@@ -1,0 +1,63 @@
+"""Operator records: one :class:`~refspec.ops.record.Operator` per operator, the layer between
+the spec and everything that makes or judges golden data (docs/architecture.md).
+
+    op = refspec.ops.get("rope_grad")          # or "rotary_position_embedding_grad",
+                                               # or "aclnnRotaryPositionEmbeddingGrad"
+    op.input_file("grad_query_output")         # vendor file names, sampling, the spec call ...
+
+:func:`register` adds an operator (its record and a sweep are all it takes); the built-in
+records are those of :mod:`refspec.ops.rope` and :mod:`refspec.ops.nrc`.
+"""
+
+from __future__ import annotations
+
+from .nrc import NRC, NRC_GRAD
+from .record import Operator, Output, SweepAxes, Tensor, TensorPlan, camel_case, check_names
+from .rope import ROPE, ROPE_GRAD
+
+__all__ = ["Operator", "Tensor", "Output", "TensorPlan", "SweepAxes", "camel_case", "OPERATORS",
+           "get", "ids", "find", "register", "unregister"]
+
+#: the registered operators by short id, in registration order
+OPERATORS: dict[str, Operator] = {}
+
+
+def register(op: Operator) -> Operator:
+    """Add an operator record (its names must be new); returns it."""
+    check_names(op)
+    for other in OPERATORS.values():
+        clash = set(op.names) & set(other.names)
+        if clash:
+            raise ValueError(f"operator {op.id!r}: name {sorted(clash)[0]!r} is taken by {other.id!r}")
+    OPERATORS[op.id] = op
+    return op
+
+
+def unregister(op_id: str) -> None:
+    """Remove a registered operator (tests that add their own use this to clean up)."""
+    OPERATORS.pop(op_id, None)
+
+
+def ids() -> tuple[str, ...]:
+    """The short ids of the registered operators."""
+    return tuple(OPERATORS)
+
+
+def find(name) -> Operator | None:
+    """The operator with this short id, spec function name or aclnn name, or None."""
+    for op in OPERATORS.values():
+        if name in op.names:
+            return op
+    return None
+
+
+def get(name) -> Operator:
+    """The operator with this short id, spec function name or aclnn name (KeyError otherwise)."""
+    op = find(name)
+    if op is None:
+        raise KeyError(f"unknown operator {name!r}; known: {', '.join(OPERATORS)}")
+    return op
+
+
+for _op in (ROPE_GRAD, ROPE, NRC_GRAD, NRC):
+    register(_op)

@@ -1,0 +1,60 @@
+"""The one reduction of the spec, ``sum(t, dims)``, and the order of its additions.
+
+``dims`` of a broadcast input is every axis where that input has size 1 and the full tensor has
+size greater than 1 (docs/rope.md, "Notation"). Summing over them with kept dimensions gives
+back the input's shape. Floating-point addition is not associative, so the spec states the
+order (docs/rope.md, "The order of a sum"):
+
+- the axes of ``dims`` are summed one at a time, the innermost (last) first;
+- along one axis the terms are added by pairwise halving: terms 2i and 2i+1 are added, an odd
+  last term is carried unchanged, and this repeats until one term is left, so five terms give
+  ((t0 + t1) + (t2 + t3)) + t4.
+
+The order depends on nothing but the number of terms, so a sum taken over aligned blocks of
+2^k terms and then over the blocks' results adds in exactly the same order as the sum over
+all terms at once (:mod:`refspec.spec.blocks` relies on this).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["broadcast_dims", "tree_sum", "sum_to_shape", "sum_rows"]
+
+
+def broadcast_dims(full_shape: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Axes where ``shape`` has size 1 and ``full_shape`` has size > 1 (same rank)."""
+    return tuple(i for i, (f, s) in enumerate(zip(full_shape, shape)) if s == 1 and f != 1)
+
+
+def tree_sum(t: np.ndarray, axis: int) -> np.ndarray:
+    """Sum over ``axis`` by pairwise halving, keeping the axis with size 1 (+0 for no terms)."""
+    t = np.asarray(t)
+    n = t.shape[axis]
+    if n == 0:
+        shape = list(t.shape)
+        shape[axis] = 1
+        return np.zeros(shape, dtype=t.dtype)
+    lead = (slice(None),) * (axis % t.ndim)
+    while n > 1:
+        h = n // 2
+        pairs = t[lead + (slice(0, 2 * h, 2),)] + t[lead + (slice(1, 2 * h, 2),)]
+        if n % 2:                                        # the odd last term is carried
+            pairs = np.concatenate((pairs, t[lead + (slice(n - 1, n),)]), axis=axis)
+        t, n = pairs, h + n % 2
+    return t
+
+
+def sum_to_shape(t: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``sum(t, dims)`` keeping dims, so the result has exactly ``shape``; the axes of dims are
+    summed innermost first, each by :func:`tree_sum`."""
+    for axis in reversed(broadcast_dims(t.shape, tuple(shape))):
+        t = tree_sum(t, axis)
+    return t
+
+
+def sum_rows(t: np.ndarray) -> np.ndarray:
+    """The sum over every axis but the last (``sum over B, S, N`` of the LayerNorm weight and
+    bias gradients), in the order of :func:`sum_to_shape`; shape ``(D,)``."""
+    t = np.asarray(t)
+    return sum_to_shape(t, (1,) * (t.ndim - 1) + t.shape[-1:]).reshape(t.shape[-1:])

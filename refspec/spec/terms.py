@@ -1,0 +1,190 @@
+"""Tolerance metadata of every output (spec/tolerances.md, "Policy").
+
+Each output gets a comparison class; reductions also get the number of reduced terms K and the
+per-element sum of absolute terms S, from which a comparator derives a data-dependent atol
+(K * u_acc * S bounds the float32 accumulation error of any summation order). The sums reuse the
+spec's own formula blocks on absolute values, block by block as the outputs are computed, never
+a second copy of the math. :func:`rope_elementwise_sum_abs` and
+:func:`norm_rope_concat_backward_elementwise_sum_abs` give S for elementwise outputs too (the
+comparator's float32 evaluation bound).
+"""
+
+from __future__ import annotations
+
+from math import prod
+from typing import NamedTuple
+
+import numpy as np
+
+from . import blocks
+from .enums import NormType, RopeMode, RopeType
+from .dtypes import to_float64
+from .nrc import ROPE_TYPE_TO_MODE, backward_args, backward_exact, upstream_rows
+from .nrc_checks import STREAMS
+from .reduce import broadcast_dims, sum_rows, sum_to_shape
+from .rope import ROPE_BACKWARD, ROPE_FORWARD
+from .rope_checks import check_rope_args
+
+__all__ = ["COPY", "ELEMENTWISE", "ROW_REDUCTION", "REDUCTION", "CLASSES", "OutputTerms",
+           "rope_grad_terms", "rope_terms", "norm_rope_concat_backward_terms",
+           "norm_rope_concat_terms", "upstream_abs", "rope_elementwise_sum_abs",
+           "norm_rope_concat_backward_elementwise_sum_abs"]
+
+COPY, ELEMENTWISE, ROW_REDUCTION, REDUCTION = "copy", "elementwise", "row_reduction", "reduction"
+CLASSES = (COPY, ELEMENTWISE, ROW_REDUCTION, REDUCTION)
+
+
+class OutputTerms(NamedTuple):
+    """Comparison class, number of reduced terms K (None if not a reduction) and the
+    per-element sum of |terms| S (None where the class needs none)."""
+
+    comparison_class: str
+    reduced_terms: int | None = None
+    sum_abs: np.ndarray | None = None
+
+
+def rope_terms(x, cos, sin, mode=0, soc=None) -> dict[str, OutputTerms]:
+    """RotaryPositionEmbedding: y is elementwise (two products per element)."""
+    check_rope_args("rotary_position_embedding", "x", x, cos, sin, None, mode, soc)
+    return {"y": OutputTerms(ELEMENTWISE)}
+
+
+def rope_grad_terms(dy, cos, sin, x=None, mode=0, soc=None) -> dict[str, OutputTerms]:
+    """RotaryPositionEmbeddingGrad: dx elementwise; dcos = sum(dy*P1(x), dims) and
+    dsin = sum(dy*P2(x), dims) are reductions with K = product of the reduced axes' sizes and
+    S = sum(|dy*P(x)|, dims), where y = P1(x)*cos + P2(x)*sin is the mode's forward (so
+    P1(x) = forward(x, 1, 0) and P2(x) = forward(x, 0, 1))."""
+    args = check_rope_args("rotary_position_embedding_grad", "dy", dy, cos, sin, x, mode, soc)
+    out = {"dx": OutputTerms(ELEMENTWISE)}
+    if args.x is None:
+        return out
+    full, shape = args.primary.shape, args.cos.shape
+    K = prod(full[i] for i in broadcast_dims(full, shape))
+    forward = ROPE_FORWARD[RopeMode(args.mode)]
+    ones, zeros = np.ones(full[-1]), np.zeros(full[-1])
+
+    def sums(d, c, _s, x64):
+        return (sum_to_shape(np.abs(d * forward(x64, ones, zeros)), c.shape),
+                sum_to_shape(np.abs(d * forward(x64, zeros, ones)), c.shape))
+
+    s_cos, s_sin = blocks.by_blocks(sums, args.primary, (args.cos, args.sin), args.x,
+                                    reduced=(True, True))
+    out["dcos"] = OutputTerms(REDUCTION, K, s_cos)
+    out["dsin"] = OutputTerms(REDUCTION, K, s_sin)
+    return out
+
+
+def norm_rope_concat_terms(norm_type=0, norm_added_type=0, rope_type=0, D=None) -> dict[str, OutputTerms]:
+    """NormRopeConcat forward: value_output is a copy; query/key outputs are row reductions
+    (K = D) when normed, elementwise under RoPE alone, copies otherwise; mean/rstd are row
+    reductions over D."""
+    def stream_class(t):
+        if t != NormType.NONE:
+            return OutputTerms(ROW_REDUCTION, D)
+        return OutputTerms(ELEMENTWISE) if rope_type != RopeType.NONE else OutputTerms(COPY)
+    qk = stream_class(max(norm_type, norm_added_type))
+    out = {"query_output": qk, "key_output": qk, "value_output": OutputTerms(COPY)}
+    for stream, (type_attr, _w, _b, mean, rstd) in STREAMS.items():
+        out[mean] = out[rstd] = OutputTerms(ROW_REDUCTION, D)
+    return out
+
+
+def upstream_abs(g, rope_type, rope_cos, rope_sin):
+    """A = per element the sum of |products| that step 2 (RoPE backward) adds up into g'
+    (|g| where no RoPE applies), for :func:`refspec.spec.nrc.upstream_rows` in place of
+    ``rope_positions_grad``: step 2's formula block at positions p < Sr with the cos part and
+    the sin part of the tables alone (each element is then a single product), minus what it
+    gives with both parts zero (+-0 for finite g); positions p >= Sr, which step 2 passes
+    through unchanged, give |g| + |g| - |g|."""
+    if rope_type == RopeType.NONE:
+        return np.abs(g)
+    rotate_grad = ROPE_BACKWARD[ROPE_TYPE_TO_MODE[RopeType(rope_type)]]
+    cos, sin = rope_cos[None, None], rope_sin[None, None]
+    zeros = np.zeros_like(cos)
+    Sr = rope_cos.shape[0]
+    head = g[:, :, :Sr]
+    A = np.empty(g.shape)
+    A[:, :, :Sr] = np.abs(rotate_grad(head, cos, zeros)[0]) + np.abs(rotate_grad(head, zeros, sin)[0])
+    if not np.isfinite(head).all():
+        A[:, :, :Sr] -= np.abs(rotate_grad(head, zeros, zeros)[0])
+    tail = np.abs(g[:, :, Sr:])
+    A[:, :, Sr:] = tail + tail - tail
+    return A
+
+
+def norm_rope_concat_backward_terms(tensors: dict, attrs: dict, soc=None) -> dict[str, OutputTerms]:
+    """NormRopeConcatBackward, per output name (§3 and tolerances.md):
+
+    - grad_value, grad_encoder_value: copy;
+    - a stream's dx with norm type 0: copy without RoPE, elementwise with it;
+    - with norm type 1/2, dx = rstd*(gw - mean_D(gw) - xhat*mean_D(gw*xhat)) is a row reduction,
+      K = D, S = |rstd|*(|gw| + mean_D|gw| + |xhat|*mean_D|gw*xhat|);
+    - dbias = sum_BSN g' and dweight = sum_BSN g'*xhat: reductions with K = B*S*N rows,
+      S = sum_BSN |g'| and sum_BSN |g'*xhat|,
+    where |g'| stands for A of :func:`upstream_abs`, since the RoPE products may cancel before
+    the LayerNorm sums. Computed row block by row block like the gradients themselves.
+    """
+    t, a, _ = backward_args(tensors, attrs, soc)
+    D = t["query"].shape[-1]
+    out = {"grad_value": OutputTerms(COPY)}
+    if t["encoder_key"] is not None:
+        out["grad_encoder_value"] = OutputTerms(COPY)
+    for stream, (type_attr, weight, bias, mean, rstd) in STREAMS.items():
+        norm = a[type_attr]
+        affine = norm == NormType.AFFINE_LAYER_NORM
+        x = t[stream]
+        if affine and x is None:
+            out[f"grad_{weight}"] = out[f"grad_{bias}"] = OutputTerms(REDUCTION, 0, np.zeros(D))
+        if x is None:
+            continue
+        if norm == NormType.NONE:
+            out[f"grad_{stream}"] = OutputTerms(ELEMENTWISE if a["rope_type"] else COPY)
+            continue
+        plan = blocks.plan(x.shape, (0, 1, 2))
+        s_dx = np.empty(x.shape)
+        sums = (blocks.Reduction(plan), blocks.Reduction(plan)) if affine else ()
+        abs_w = np.abs(to_float64(t[weight])) if affine else None
+        for rows in plan.blocks:
+            A = upstream_rows(t, a, stream, rows, step2=upstream_abs)                 # A >= |g'|
+            r = to_float64(t[rstd][rows])
+            abs_xhat = np.abs((to_float64(x[rows]) - to_float64(t[mean][rows])) * r)
+            gw = A * abs_w if affine else A
+            s_dx[rows] = np.abs(r) * (gw + gw.mean(axis=-1, keepdims=True)
+                                      + abs_xhat * (gw * abs_xhat).mean(axis=-1, keepdims=True))
+            for total, part in zip(sums, (A, A * abs_xhat)):
+                total.put(rows, sum_rows(part).reshape(1, 1, 1, -1))
+        out[f"grad_{stream}"] = OutputTerms(ROW_REDUCTION, D, s_dx)
+        if affine:
+            rows_count = prod(x.shape[:3])
+            out[f"grad_{bias}"] = OutputTerms(REDUCTION, rows_count, sums[0].result().reshape(-1))
+            out[f"grad_{weight}"] = OutputTerms(REDUCTION, rows_count, sums[1].result().reshape(-1))
+    return out
+
+
+def _abs64(a):
+    return None if a is None else np.abs(np.asarray(a, dtype=np.float64))
+
+
+def rope_elementwise_sum_abs(primary, cos, sin, mode, grad: bool) -> np.ndarray:
+    """S of RoPE's elementwise output (dx of the backward when ``grad``, else y): each element
+    is one cos product plus or minus one sin product, so the formula block F on absolute values
+    gives max(F(|d|, |c|, |s|), F(|d|, |c|, -|s|)) = |cos product| + |sin product|."""
+    d, c, s = _abs64(primary), _abs64(cos), _abs64(sin)
+    if grad:
+        F = ROPE_BACKWARD[RopeMode(int(mode))]
+        return np.maximum(F(d, c, s)[0], F(d, c, -s)[0])
+    F = ROPE_FORWARD[RopeMode(int(mode))]
+    return np.maximum(F(d, c, s), F(d, c, -s))
+
+
+def norm_rope_concat_backward_elementwise_sum_abs(tensors: dict, attrs: dict, names,
+                                                  soc=None) -> dict[str, np.ndarray]:
+    """S of the elementwise gradients ``names`` (a stream's dx under RoPE with norm type 0),
+    from the backward dataflow on absolute values with the sin table's sign flipped or not."""
+    t, a, _ = backward_args(tensors, attrs, soc)
+    ab = {k: _abs64(v) for k, v in t.items()}
+    plus = backward_exact(ab, a)
+    if ab.get("rope_sin") is not None:
+        ab["rope_sin"] = -ab["rope_sin"]
+    minus = backward_exact(ab, a)
+    return {n: np.maximum(plus[n], minus[n]) for n in names if plus.get(n) is not None}
