@@ -1,7 +1,7 @@
 """goldens/smoke.manifest.json pins the smoke sweep bit for bit: regenerate it and compare.
 
 An intended change to the spec, the distributions or the smoke sweep shows up here; rebuild the
-manifest with ``python -m refspec.manifest`` and commit it with the change (goldens/README.md).
+manifest with ``python -m refspec.goldens.manifest`` and commit it with the change (goldens/README.md).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def test_manifest_lists_every_smoke_case(pinned):
 
 def test_regenerated_smoke_matches_every_digest(pinned):
     diffs = compare(pinned, memory_manifest("smoke"))
-    assert not diffs, "\n".join(diffs[:20]) + "\n(rebuild with: python -m refspec.manifest)"
+    assert not diffs, "\n".join(diffs[:20]) + "\n(rebuild with: python -m refspec.goldens.manifest)"
 
 
 def test_digests_of_the_written_file_equal_the_in_memory_ones(pinned, tmp_path):
