@@ -35,11 +35,10 @@ Distributions (the ``dist`` axis of a sweep):
 from __future__ import annotations
 
 import hashlib
+from typing import NamedTuple
 
 import ml_dtypes
 import numpy as np
-
-from typing import NamedTuple
 
 from ..spec.dtypes import resolve_dtype, round_to
 

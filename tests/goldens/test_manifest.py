@@ -7,7 +7,6 @@ manifest with ``python -m refspec.goldens.manifest`` and commit it with the chan
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
@@ -15,8 +14,7 @@ from refspec.goldens.engine import generate
 from refspec.goldens.manifest import compare, file_manifest, memory_manifest
 from refspec.goldens.sweep import load_sweep
 
-MANIFEST = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        "goldens", "smoke.manifest.json")
+from repo_paths import MANIFEST
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import pytest
 
 import implementations as impl
 from refspec.comparator import compare
-from test_compare_correct import nrc_cases, rope_cases
+from case_grids import nrc_cases, rope_cases
 
 #: spec/tolerances.md, Ascend mixed tolerance (rtol = atol)
 ASCEND = {"float32": 2.0 ** -13, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}

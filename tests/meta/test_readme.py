@@ -1,11 +1,10 @@
 """The README's example runs and prints what it says it prints."""
 
-import pathlib
 import re
 import subprocess
 import sys
 
-README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+from repo_paths import CI, README
 
 
 def _python_blocks():
@@ -29,4 +28,4 @@ def test_readme_setup_commands_come_first():
     commands = [line for line in first_block.splitlines() if line and not line.startswith("#")]
     assert commands[0].endswith("refspec generate -o smoke.h5")
     assert "python -m pytest -q" in commands[1] and ".[test]" in commands[1]
-    assert "python -m pytest -q" in (README.parent / ".ci" / "run").read_text()
+    assert "python -m pytest -q" in CI.read_text()

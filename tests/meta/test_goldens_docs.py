@@ -2,12 +2,13 @@
 
 import contextlib
 import io
-import os
 import re
 
 import pytest
 
-DOC = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "goldens.md")
+from repo_paths import DOCS
+
+DOC = str(DOCS / "goldens.md")
 
 
 def runnable_blocks():

@@ -180,7 +180,7 @@ def test_standards_differ_as_published(standard, ok):
 
 
 def test_ratio_standard_uses_the_float32_benchmark():
-    from test_compare_correct import rope_cases
+    from case_grids import rope_cases
     import implementations as impl
     cases = rope_cases(grad=True)[:24]
     good = {c.case_id: impl.run(c.op, c.params, c.inputs) for c in cases}

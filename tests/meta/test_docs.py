@@ -1,14 +1,14 @@
 """The operator pages quote code lines verbatim: every quoted line must still be in the function
 the page names, so the formula-next-to-code tables cannot drift from the code."""
 
+import ast
 import importlib
 import inspect
-import pathlib
 import re
 
 import pytest
 
-DOCS = pathlib.Path(__file__).resolve().parents[1] / "docs"
+from repo_paths import DOCS, REPO
 IMPL = re.compile(r"`(refspec/[\w/]+)\.py:(\w+)`")
 
 
@@ -45,3 +45,17 @@ def test_quoted_line_is_in_the_named_function(page, number, module, function, co
     source = inspect.getsource(getattr(importlib.import_module(module), function))
     squash = lambda s: " ".join(s.split())  # noqa: E731
     assert squash(code) in squash(source), f"{page}:{number}: `{code}` is not in {module}.{function}"
+
+
+def test_errata_page_names_existing_tests():
+    """docs/errata.md lists E1-E12, and every test it names exists (so the page cannot point at a
+    test that was renamed or removed)."""
+    page = DOCS / "errata.md"
+    text = page.read_text(encoding="utf-8")
+    assert [int(n) for n in re.findall(r"^\| E(\d+) \|", text, flags=re.M)] == list(range(1, 13))
+    refs = re.findall(r"`(tests/[\w/]+\.py)::(\w+)`", text)
+    assert len(refs) >= 12
+    for path, name in refs:
+        tree = ast.parse((REPO / path).read_text(encoding="utf-8"))
+        names = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+        assert name in names, f"{path}::{name}"

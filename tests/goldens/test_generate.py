@@ -5,7 +5,6 @@ change the content."""
 from __future__ import annotations
 
 import inspect
-import os
 
 import numpy as np
 import pytest

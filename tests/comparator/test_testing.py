@@ -64,7 +64,7 @@ def test_assert_matches_golden_same_message_as_cli(tmp_path):
 
 
 def test_assert_allclose_to_spec_nrc_and_unknown_output(rng):
-    from test_compare_correct import nrc_cases
+    from case_grids import nrc_cases
     case = nrc_cases(backward=True, every=9)[0]
     out = impl.run(case.op, case.params, case.inputs)
     kwargs = {**case.inputs, **{k: case.params[k] for k in ("norm_type", "norm_added_type",
