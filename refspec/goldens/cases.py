@@ -9,12 +9,20 @@ and sampled per distribution, rounded once to the case dtype) and calls the spec
 - otherwise ``exact`` = the spec with ``out_dtype=np.float64`` and ``expected`` = each exact
   output rounded once (:func:`refspec.spec.dtypes.round_to`) to its documented dtype, with the
   tolerance metadata of :mod:`refspec.spec.terms` and the axis letters of each output.
+
+With ``threads`` > 1 a large case uses a thread pool of the standard library for the pieces
+that share nothing: drawing its tensors, the exact outputs beside the tolerance terms, and
+rounding the outputs (NumPy releases the interpreter lock in its loops). The results are the
+same bits whatever ``threads`` is.
 """
 
 from __future__ import annotations
 
 import shlex
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
+from math import prod
 
 import numpy as np
 
@@ -23,7 +31,11 @@ from ..spec.dtypes import round_to
 from ..spec.errors import AclnnError
 from .sweep import Case
 
-__all__ = ["CaseData", "build_case", "probe", "regenerate_command", "expected_outputs"]
+__all__ = ["CaseData", "build_case", "probe", "regenerate_command", "expected_outputs",
+           "THREADED_ELEMENTS"]
+
+#: cases with at least this many input elements use the thread pool of ``threads`` > 1
+THREADED_ELEMENTS = 1 << 20
 
 
 @dataclass
@@ -68,28 +80,38 @@ def probe(params: dict) -> AclnnError | None:
     return ops.get(params["op"]).probe(params)
 
 
-def expected_outputs(op: ops.Operator, params: dict, exact: dict) -> dict:
+def expected_outputs(op: ops.Operator, params: dict, exact: dict, pool=None) -> dict:
     """Each exact output rounded once (half to even) to its documented dtype."""
-    return {k: round_to(v, op.output_dtype(k, params["dtype"])) for k, v in exact.items()}
+    names = list(exact)
+    rounded = (pool.map if pool else map)(
+        lambda k: round_to(exact[k], op.output_dtype(k, params["dtype"])), names)
+    return dict(zip(names, rounded))
 
 
-def build_case(case: Case) -> CaseData:
+def build_case(case: Case, threads: int = 1) -> CaseData:
     """Inputs, outputs and metadata of one case (see the module docstring)."""
     op = ops.get(case.op)
     p = case.params
-    inputs = op.sample(p, case.seed)
-    data = CaseData(case.id, op.function, p, case.seed, p["soc"], p["distribution"], inputs)
-    attrs = op.attrs_of(p)
-    try:
-        exact = op.call(inputs, attrs, p["soc"], out_dtype=np.float64)
-    except AclnnError as exc:
-        data.error = exc
-        return data
-    terms = op.terms(inputs, attrs, p["soc"])
-    data.exact = exact
-    data.expected = expected_outputs(op, p, exact)
-    data.terms = {k: terms[k] for k in exact}
-    data.axes = {k: op.output_axes(p, k) for k in exact}
+    large = sum(prod(t.shape) for t in op.plan(p).values()) >= THREADED_ELEMENTS
+    with (ThreadPoolExecutor(threads) if threads > 1 and large else nullcontext()) as pool:
+        inputs = op.sample(p, case.seed, pool)
+        data = CaseData(case.id, op.function, p, case.seed, p["soc"], p["distribution"], inputs)
+        attrs = op.attrs_of(p)
+        try:
+            if pool is None:
+                exact = op.call(inputs, attrs, p["soc"], out_dtype=np.float64)
+                terms = op.terms(inputs, attrs, p["soc"])
+            else:                                   # the two passes share nothing
+                pending = pool.submit(op.terms, inputs, attrs, p["soc"])
+                exact = op.call(inputs, attrs, p["soc"], out_dtype=np.float64)
+                terms = pending.result()
+        except AclnnError as exc:
+            data.error = exc
+            return data
+        data.exact = exact
+        data.expected = expected_outputs(op, p, exact, pool)
+        data.terms = {k: terms[k] for k in exact}
+        data.axes = {k: op.output_axes(p, k) for k in exact}
     return data
 
 

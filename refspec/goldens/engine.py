@@ -72,9 +72,10 @@ def check_expectations(sweep: Sweep, cases: list[Case]) -> dict:
 
 def _ordered_results(cases: list[Case], jobs: int):
     """build_case results in case order; ``jobs`` > 1 computes them in spawned processes."""
-    if jobs <= 1:
+    if jobs <= 1:                       # one process: large cases use every CPU's thread
+        threads = os.cpu_count() or 1
         for case in cases:
-            yield case, build_case(case)
+            yield case, build_case(case, threads)
         return
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:

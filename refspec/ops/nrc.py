@@ -158,36 +158,43 @@ def _special_large(forward: bool):
     return large
 
 
-def forward_statistics(p: dict, drawn: dict, wanted: dict) -> dict:
+def forward_statistics(p: dict, drawn: dict, wanted: dict, pool=None) -> dict:
     """mean/rstd of the normed streams as NormRopeConcat(..., is_training=True) writes them:
     its step 1 (:func:`refspec.spec.nrc.layer_norm`, the default eps) on each stream, rounded
     to float32 (and then to the planned dtype, which differs only for a deliberate fault)."""
-    out = {}
-    for s, (type_attr, _w, _b, mean, rstd) in STREAMS.items():
-        if mean not in wanted and rstd not in wanted:
-            continue
+    streams = [(s, spec[3], spec[4]) for s, spec in STREAMS.items()
+               if spec[3] in wanted or spec[4] in wanted]
+
+    def one(item):
+        s, mean, rstd = item
         _, m, r = layer_norm(to_float64(drawn[s]), NormType.LAYER_NORM)
+        out = {}
         for name, value in ((mean, m), (rstd, r)):
             if name in wanted:
                 v32 = round_to(value, np.float32)
                 out[name] = v32 if wanted[name].dtype == np.float32 else round_to(v32, wanted[name].dtype)
-    return out
+        return out
+
+    return {k: v for part in (pool.map if pool else map)(one, streams) for k, v in part.items()}
 
 
 def _sample(forward: bool):
     plan_of, large_of = _plan(forward), _special_large(forward)
 
-    def sample(p: dict, seed: int) -> dict:
-        """The case's inputs as stored; a backward case's statistics come from the forward."""
+    def sample(p: dict, seed: int, pool=None) -> dict:
+        """The case's inputs as stored; a backward case's statistics come from the forward
+        (tensors drawn side by side by ``pool``, an executor, when given: each has its own
+        random stream)."""
         dist = p["distribution"]
         plan = plan_of(p)
-        out = {}
-        for name, t in plan.items():
-            if t.role in ("table", "stats"):
-                continue
+        drawn = [(name, t) for name, t in plan.items() if t.role not in ("table", "stats")]
+
+        def one(item):
+            name, t = item
             large = large_of(p, name, t) if dist == "special" else None
-            out[name] = draw(dist, t.role, t.shape, t.dtype, seed, name, vendor=NRC_VENDOR,
-                             large=large)
+            return draw(dist, t.role, t.shape, t.dtype, seed, name, vendor=NRC_VENDOR, large=large)
+
+        out = dict(zip((name for name, _ in drawn), (pool.map if pool else map)(one, drawn)))
         if "rope_sin" in plan:
             Sr, D = plan["rope_sin"].shape
             cos, sin = draw_tables(dist, (Sr, D), plan["rope_sin"].dtype, seed,
@@ -197,7 +204,7 @@ def _sample(forward: bool):
             out["rope_cos"], out["rope_sin"] = cos, sin
         stats = {k: t for k, t in plan.items() if t.role == "stats"}
         if stats:
-            out.update(forward_statistics(p, out, stats))
+            out.update(forward_statistics(p, out, stats, pool))
         return {k: out[k] for k in plan}
     return sample
 

@@ -112,8 +112,9 @@ class Operator:
     attrs_of: Callable[[dict], dict]
     #: case parameters -> {input name: TensorPlan} (absent inputs left out, faults applied)
     plan: Callable[[dict], dict]
-    #: (case parameters, seed) -> {input name: array}, as stored
-    sample: Callable[[dict, int], dict]
+    #: (case parameters, seed, pool=None) -> {input name: array}, as stored; ``pool`` (an
+    #: executor) may draw tensors side by side
+    sample: Callable[..., dict]
     #: validation alone, no arithmetic: raises the spec's AclnnError
     check: Callable[[dict, dict, Any], None]
     #: {output name: refspec.spec.terms.OutputTerms}

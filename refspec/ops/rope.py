@@ -157,16 +157,19 @@ def _special_large(grad: bool):
 def _sample(grad: bool):
     plan_of, large_of = _plan(grad), _special_large(grad)
 
-    def sample(p: dict, seed: int) -> dict:
-        """The case's inputs as stored, each in its planned dtype."""
+    def sample(p: dict, seed: int, pool=None) -> dict:
+        """The case's inputs as stored, each in its planned dtype (tensors drawn side by side
+        by ``pool``, an executor, when given: each has its own random stream)."""
         dist = p["distribution"]
         plan = plan_of(p)
-        out = {}
-        for name, t in plan.items():
-            if t.role != "table":
-                large = large_of(p, name, t) if dist == "special" else None
-                out[name] = draw(dist, t.role, t.shape, t.dtype, seed, name, vendor=ROPE_VENDOR,
-                                 large=large)
+        drawn = [(name, t) for name, t in plan.items() if t.role != "table"]
+
+        def one(item):
+            name, t = item
+            large = large_of(p, name, t) if dist == "special" else None
+            return draw(dist, t.role, t.shape, t.dtype, seed, name, vendor=ROPE_VENDOR, large=large)
+
+        out = dict(zip((name for name, _ in drawn), (pool.map if pool else map)(one, drawn)))
         tplan = plan.get("cos", plan["sin"])
         cshape = _cos_shape(p)
         cos, sin = draw_tables(dist, cshape, tplan.dtype, seed, positions=_positions(p, cshape, seed),

@@ -296,3 +296,38 @@ shape = "B2N3S4D8"
 """, "x.toml")
     with pytest.raises(GenerateError, match="expects the profile to accept it, but the spec raises 561002"):
         check_expectations(accept, accept.cases())
+
+
+def test_threads_do_not_change_a_large_case():
+    """A case above THREADED_ELEMENTS built with a thread pool (tensors drawn side by side,
+    exact outputs beside the tolerance terms) holds the same bits as built in one thread."""
+    from refspec.goldens.cases import THREADED_ELEMENTS, build_case
+    sweep = parse_sweep("""
+name = "big"
+[[block]]
+op = "rope_grad"
+[block.axes]
+soc = "A2"
+dtype = "bfloat16"
+shape = ["B2N8S256D128"]
+[[block]]
+op = "nrc_grad"
+[block.axes]
+soc = "A2"
+norm_type = 2
+norm_added_type = 1
+rope_type = "half"
+dtype = "float16"
+shape = ["B1N8Sq512Sk384Seq64Sek32D128"]
+""", "big.toml")
+    for case in sweep.cases():
+        one, two = build_case(case), build_case(case, threads=2)
+        assert sum(a.size for a in one.inputs.values()) >= THREADED_ELEMENTS
+        for group in ("inputs", "expected", "exact"):
+            a, b = getattr(one, group), getattr(two, group)
+            assert list(a) == list(b)
+            assert all(a[k].tobytes() == b[k].tobytes() for k in a), (case.id, group)
+        for k, t in one.terms.items():
+            u = two.terms[k]
+            assert (u.comparison_class, u.reduced_terms) == (t.comparison_class, t.reduced_terms)
+            assert (t.sum_abs is None and u.sum_abs is None) or t.sum_abs.tobytes() == u.sum_abs.tobytes()

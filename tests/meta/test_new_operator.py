@@ -58,7 +58,7 @@ def plan(p):
             "w": ops.TensorPlan((wlen,), dt, "weight")}
 
 
-def sample(p, seed):
+def sample(p, seed, pool=None):
     return {n: draw(p["distribution"], t.role, t.shape, t.dtype, seed, n) for n, t in plan(p).items()}
 
 
