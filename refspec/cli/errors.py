@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import click
 
-__all__ = ["CliError", "fail"]
+__all__ = ["CliError", "Interrupted", "fail"]
 
 
 class CliError(click.ClickException):
     """A usage or input error: reported as one line, exit code 2."""
 
     exit_code = 2
+
+
+class Interrupted(CliError):
+    """Ctrl-C: one line saying what was kept and how to continue, exit code 130."""
+
+    exit_code = 130
 
 
 def fail(message: str):

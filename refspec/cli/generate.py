@@ -16,8 +16,10 @@ import sys
 import click
 
 from .. import goldens, ops
+from ..goldens.engine import parts_dir
+from ..goldens.executors import SCHEDULER_ENV, SchedulerUnavailable
 from ..goldens.sweep import SweepError, load_sweep, normalize_filter, parse_shard, select_cases, shard
-from .errors import CliError
+from .errors import CliError, Interrupted
 
 __all__ = ["register", "list_command", "generate_command"]
 
@@ -99,7 +101,7 @@ def _check_output(out: str, resume: bool, force: bool) -> None:
         raise CliError("--resume and --force exclude each other: --resume continues a run, "
                        "--force starts over")
     if not (resume or force):
-        for path in (out, goldens.part_path(out)):
+        for path in (out, goldens.part_path(out), parts_dir(out)):
             if os.path.exists(path):
                 what = "exists" if path == out else "exists (an interrupted run)"
                 raise CliError(f"{path}: {what}; use --resume to continue it or --force to "
@@ -113,11 +115,16 @@ def _check_output(out: str, resume: bool, force: bool) -> None:
 @click.option("--seed", type=int, default=None, metavar="N",
               help="Data seed (default: the sweep's seed); each case's seed derives from it and the case id.")
 @click.option("--jobs", "-j", type=click.IntRange(0), default=1, show_default=True, metavar="N",
-              help="Worker processes (0 = one per CPU). The file is the same whatever N is.")
+              help="Worker processes (0 = one per CPU), each writing part files under "
+                   "OUT.h5.parts/ that OUT.h5 links to; the data are the same whatever N is.")
+@click.option("--scheduler", default=None, envvar=SCHEDULER_ENV, metavar="ADDRESS",
+              help=f"Run the parts on this Dask scheduler (also ${SCHEDULER_ENV}); its workers "
+                   "must see OUT's directory.")
 @click.option("--shard", "shard_spec", default=None, metavar="K/N",
               help="Only the cases whose index in the selection mod N is K-1; join shards with "
                    "`refspec merge`.")
-@click.option("--resume", is_flag=True, help="Continue an interrupted run (OUT.h5.part).")
+@click.option("--resume", is_flag=True,
+              help="Continue an interrupted run (OUT.h5.part, or OUT.h5.parts/ of a --jobs run).")
 @click.option("--force", is_flag=True, help="Replace an existing output.")
 @click.option("--compression", type=click.Choice(["none", "lzf", "gzip"]),
               default=goldens.DEFAULT_COMPRESSION, show_default=True,
@@ -125,10 +132,23 @@ def _check_output(out: str, resume: bool, force: bool) -> None:
 @click.option("--output", "-o", "out", required=True, metavar="OUT.h5",
               type=click.Path(dir_okay=False), help="The golden file to write.")
 def generate_command(sweep_ref, tier, ops, socs, dtypes, modes, layouts, case_ids, seed, jobs,
-                     shard_spec, resume, force, compression, out):
+                     scheduler, shard_spec, resume, force, compression, out):
     """Generate a golden HDF5 file from a sweep (default: the smoke sweep)."""
-    from ..goldens.engine import GenerateError, check_expectations, generate
     _check_output(out, resume, force)
+    try:
+        return _generate(sweep_ref, tier, ops, socs, dtypes, modes, layouts, case_ids, seed, jobs,
+                         scheduler, shard_spec, resume, force, compression, out)
+    except KeyboardInterrupt as exc:
+        partial = getattr(exc, "partial", None)
+        if partial is None:
+            raise Interrupted("interrupted before any case was written") from None
+        raise Interrupted(f"interrupted; the cases written so far are in {partial}: run the "
+                          "same command with --resume to continue") from None
+
+
+def _generate(sweep_ref, tier, ops, socs, dtypes, modes, layouts, case_ids, seed, jobs,
+              scheduler, shard_spec, resume, force, compression, out):
+    from ..goldens.engine import GenerateError, check_expectations, generate
     sweep, cases = _select(sweep_ref, tier, ops, socs, dtypes, modes, layouts, case_ids, seed)
     extra = {"tier": "" if case_ids else sweep.check_tier(tier)}
     if shard_spec is not None:
@@ -149,8 +169,8 @@ def generate_command(sweep_ref, tier, ops, socs, dtypes, modes, layouts, case_id
 
     def run(progress):
         return generate(sweep, cases, out, seed=seed, jobs=min(jobs, len(cases)),
-                        compression=compression, resume=resume, force=force,
-                        progress=progress, extra_attrs=extra)
+                        scheduler=scheduler, compression=compression, resume=resume,
+                        force=force, progress=progress, extra_attrs=extra)
 
     try:
         if sys.stderr.isatty():
@@ -159,8 +179,8 @@ def generate_command(sweep_ref, tier, ops, socs, dtypes, modes, layouts, case_id
                 summary = run(bar.update)
         else:
             summary = run(None)
-    except GenerateError as exc:
-        raise CliError(f"{exc} (the cases written so far are in {out}.part; --resume continues)") from None
+    except (GenerateError, SchedulerUnavailable) as exc:
+        raise CliError(str(exc)) from None
     click.echo(summary.line())
     return 0
 

@@ -1,5 +1,6 @@
-"""``refspec show``, ``refspec export`` and ``refspec merge``: inspect, export and join golden
-files (docs/goldens.md). Errors are one line on stderr with exit code 2 (refspec.cli)."""
+"""``refspec show``, ``refspec export``, ``refspec merge`` and ``refspec pack``: inspect, export,
+join and pack golden files (docs/goldens.md). Errors are one line on stderr with exit code 2
+(refspec.cli)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from ..goldens.export import FORMATS, export_cases
 from ..goldens.format import UnknownCaseError
 from ..goldens.read import GoldenCase, GoldenFile, LazyArray
 from ..goldens.shards import merge as merge_shards
+from ..goldens.shards import pack as pack_file
 
-__all__ = ["register", "show", "export", "merge", "file_summary", "case_summary"]
+__all__ = ["register", "show", "export", "merge", "pack", "file_summary", "case_summary"]
 
 
 def _cli_error(message: str):
@@ -34,13 +36,6 @@ def _array_info(arr: LazyArray) -> dict:
     return {"shape": list(arr.shape), "dtype": arr.attrs.get("dtype", arr.dtype.name),
             "bytes": arr.nbytes, "stored_bytes": arr.stored_nbytes,
             "compression": arr.compression, "chunks": list(arr.chunks) if arr.chunks else None}
-
-
-def case_dtype(case: GoldenCase) -> str:
-    dtype = case.params.get("dtype")
-    if dtype is None and case.input_names:
-        dtype = case.inputs[case.input_names[0]].attrs.get("dtype")
-    return str(dtype)
 
 
 def case_summary(case: GoldenCase) -> dict:
@@ -63,37 +58,43 @@ def case_summary(case: GoldenCase) -> dict:
 
 
 def file_summary(gf: GoldenFile) -> dict:
-    """Everything `refspec show FILE` prints: root attributes, counts, sizes."""
-    counts = {k: Counter() for k in ("op", "dtype", "soc", "negative")}
-    logical = stored = 0
-    for case in gf:
-        counts["op"][case.op] += 1
-        counts["dtype"][case_dtype(case)] += 1
-        counts["soc"][case.soc or "none"] += 1
-        counts["negative"]["negative" if case.is_negative else "positive"] += 1
-        for group in (case.inputs, case.expected, case.exact, case.sum_abs):
-            for name in group:
-                arr = group[name]
-                logical += arr.nbytes
-                stored += arr.stored_nbytes
+    """Everything `refspec show FILE` prints: root attributes, counts, sizes (from the index
+    at the file's root, without opening the cases)."""
+    rows = gf.summary()
+    files = [gf.path] + gf.part_files
     return {"file": gf.path, "attrs": gf.attrs, "sweep_name": gf.attrs.get("sweep_name"),
-            "complete": gf.complete, "cases": len(gf),
-            "by_op": dict(counts["op"]), "by_dtype": dict(counts["dtype"]),
-            "by_soc": dict(counts["soc"]), "negative": counts["negative"]["negative"],
-            "data_bytes": logical, "stored_bytes": stored, "file_bytes": os.path.getsize(gf.path)}
+            "complete": gf.complete, "partial": gf.attrs.get("partial"), "cases": len(rows),
+            "by_op": dict(Counter(r.op for r in rows)),
+            "by_dtype": dict(Counter(r.dtype for r in rows)),
+            "by_soc": dict(Counter(r.soc or "none" for r in rows)),
+            "negative": sum(r.negative for r in rows),
+            "data_bytes": sum(r.data_bytes for r in rows),
+            "stored_bytes": sum(r.stored_bytes for r in rows),
+            "part_files": gf.part_files,
+            "file_bytes": sum(os.path.getsize(p) for p in files if os.path.exists(p))}
 
 
 def _print_file(s: dict) -> None:
     a = s["attrs"]
     click.echo(f"file:              {s['file']}")
-    state = "yes" if s["complete"] else "NO (interrupted; continue with --resume)"
+    if s["complete"]:
+        state = "yes"
+    elif s["partial"]:
+        state = f"NO (partial: {s['partial']})"
+    else:
+        state = "NO (interrupted; continue with --resume)"
     click.echo(f"complete:          {state}")
+    if s["part_files"]:
+        click.echo(f"{'parts:':<19}{len(s['part_files'])} part files in "
+                   f"{os.path.dirname(s['part_files'][0])}{os.sep} (refspec pack makes one "
+                   "self-contained file)")
     click.echo(f"sweep:             {s['sweep_name']} (seed {a.get('sweep_seed')})")
     for key in ("schema_version", "refspec_version", "numpy_version", "h5py_version",
                 "hdf5_version", "created", "compression", "shuffle", "merged_from"):
         if key in a:
             click.echo(f"{key + ':':<19}{a[key]}")
-    extra = [k for k in a if k not in ("sweep_definition", "sweep_name", "sweep_seed", "complete")
+    extra = [k for k in a if k not in ("sweep_definition", "sweep_name", "sweep_seed", "complete",
+                                       "parts", "partial")
              and k not in ("schema_version", "refspec_version", "numpy_version", "h5py_version",
                            "hdf5_version", "created", "compression", "shuffle", "merged_from")]
     for key in extra:
@@ -194,13 +195,32 @@ def export(file, cases, fmt, out_dir, force):
 @click.argument("out", type=click.Path(dir_okay=False))
 @click.argument("shards", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
-def merge(out, shards, force):
-    """Merge shard files of one sweep (generate --shard K/N) into OUT."""
-    merge_shards(out, shards, force=force)
+@click.option("--allow-partial", is_flag=True,
+              help="Merge an incomplete set of shards (missing or interrupted ones) into a file "
+                   "marked partial instead of refusing it.")
+def merge(out, shards, force, allow_partial):
+    """Merge the shard files of one run (generate --shard K/N) into OUT, in the order of the
+    unsharded selection; refuses shards of different runs, and missing or incomplete shards
+    unless --allow-partial."""
+    merge_shards(out, shards, force=force, allow_partial=allow_partial)
     with GoldenFile(out) as gf:
-        n = len(gf)
+        n, partial = len(gf), gf.attrs.get("partial")
     click.echo(f"merged {n} cases from {len(shards)} shard(s) into {out} "
-               f"({_human(os.path.getsize(out))})", err=True)
+               f"({_human(os.path.getsize(out))})" + (f"; PARTIAL: {partial}" if partial else ""),
+               err=True)
+    return 0
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False),
+              help="The self-contained golden file to write.")
+@click.option("--force", is_flag=True, help="Replace the output if it exists.")
+def pack(file, out, force):
+    """Copy a golden FILE into one self-contained file (the cases of a --jobs run are copied
+    out of its part files; every dataset keeps its bytes)."""
+    pack_file(file, out, force=force)
+    click.echo(f"packed {file} into {out} ({_human(os.path.getsize(out))})", err=True)
     return 0
 
 
@@ -208,3 +228,4 @@ def register(group) -> None:
     group.add_command(show)
     group.add_command(export)
     group.add_command(merge)
+    group.add_command(pack)

@@ -21,14 +21,15 @@ Writing (the generator)::
                          inputs=..., expected=..., exact=..., terms=..., axes=...,
                          regenerate=...)
 
-Merging shards: ``goldens.merge("all.h5", ["part1.h5", "part2.h5"])``.
+Merging shards: ``goldens.merge("all.h5", ["shard1.h5", "shard2.h5"])``; one self-contained
+copy of a ``--jobs`` run's file: ``goldens.pack("run.h5", "self.h5")``.
 """
 
 from __future__ import annotations
 
 from .format import (BF16_ENCODING, COMPRESSIONS, DEFAULT_COMPRESSION, SCHEMA_VERSION,
                      GoldenFileError, GoldenFileExistsError, UnknownCaseError, part_path)
-from .shards import merge
+from .shards import merge, pack
 from .read import ArrayGroup, GoldenCase, GoldenFile, LazyArray, open
 from .write import GoldenWriter
 
@@ -36,5 +37,5 @@ __all__ = [
     "SCHEMA_VERSION", "BF16_ENCODING", "COMPRESSIONS", "DEFAULT_COMPRESSION",
     "GoldenFileError", "GoldenFileExistsError", "UnknownCaseError",
     "GoldenWriter", "GoldenFile", "GoldenCase", "LazyArray", "ArrayGroup",
-    "open", "merge", "part_path",
+    "open", "merge", "pack", "part_path",
 ]

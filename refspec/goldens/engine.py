@@ -1,31 +1,52 @@
-"""The generation engine: sweep cases -> golden HDF5 file (docs/sweeps.md, "Generating").
+"""The generation engine: sweep cases -> one golden HDF5 file (docs/sweeps.md, "Generating").
 
-Cases are computed by :func:`refspec.goldens.cases.build_case`, in this process (``jobs=1``) or in a
-pool of spawned worker processes (``jobs>1``); the parent alone writes, always in case order,
-so the file's content is the same whatever ``jobs`` is. Writing goes through
-:class:`refspec.goldens.GoldenWriter` (``<out>.part`` renamed when complete; ``resume``
-continues an interrupted run by skipping the cases already written).
+- ``jobs=1``: this process builds every case (:func:`refspec.goldens.cases.build_case`, large
+  cases with one thread per CPU) and writes ``OUT.h5`` through
+  :class:`refspec.goldens.GoldenWriter` (``OUT.h5.part`` until complete).
+- ``jobs=N`` or a Dask ``scheduler``: the cases are split into parts of about equal work
+  (:func:`split`, each part in sweep order); each part is one task that builds its cases and
+  writes them into its own part file ``OUT.h5.parts/part-K-of-P.h5`` with the same writer, so
+  no arrays travel between processes (:mod:`refspec.goldens.executors`). When every part is
+  complete, ``OUT.h5`` is written: an index whose cases are links into the part files
+  (:func:`refspec.goldens.shards.write_index`), read like any golden file;
+  ``refspec pack`` makes a self-contained copy.
+
+Every case is built the same way whatever ``jobs`` is, so the datasets are the same bits. An
+interrupted run leaves ``OUT.h5.part`` or ``OUT.h5.parts/`` with the cases written so far and
+``complete`` false; ``resume`` continues it: each part where it stopped, under the split recorded
+in ``OUT.h5.parts/plan.json``. On Ctrl-C the parts under way stop at their next case (the file
+``OUT.h5.parts/stop`` tells them to, which also reaches workers on other machines).
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import json
 import os
 import time
-from collections import deque
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from contextlib import closing
+from dataclasses import dataclass, field
+from math import prod
 
-from .. import goldens
+from .. import goldens, ops
+from . import executors, shards
+from .atomic import write_text_atomic
 from .cases import build_case, probe, regenerate_command
 from .sweep import Case, Sweep, SweepError
 
-__all__ = ["GenerateError", "Summary", "check_expectations", "generate"]
+__all__ = ["GenerateError", "GenerateInterrupted", "Summary", "check_expectations", "generate",
+           "split", "parts_dir", "CASE_COST"]
 
 
 class GenerateError(SweepError):
     """A case that contradicts its block's ``expect`` (or cannot be built)."""
+
+
+class GenerateInterrupted(KeyboardInterrupt):
+    """Ctrl-C: ``partial`` names what holds the cases written so far (None: nothing yet)."""
+
+    def __init__(self, partial: str | None):
+        super().__init__(partial)
+        self.partial = partial if partial and os.path.exists(partial) else None
 
 
 @dataclass
@@ -37,12 +58,15 @@ class Summary:
     negative: int = 0        # of which negative
     skipped: int = 0         # already present (resume)
     nbytes: int = 0          # logical bytes of the arrays written by this run
-    file_bytes: int = 0      # size of the finished file
+    file_bytes: int = 0      # size of the finished file (with its part files)
     seconds: float = 0.0
+    parts: int = 0           # part files (a --jobs run)
+    stopped: bool = False    # told to stop before its last case
 
     def line(self) -> str:
         mb = self.nbytes / 1e6
-        text = (f"wrote {self.cases} cases ({self.negative} negative) to {self.path}: "
+        where = self.path + (f" ({self.parts} part files in {self.path}.parts/)" if self.parts else "")
+        text = (f"wrote {self.cases} cases ({self.negative} negative) to {where}: "
                 f"{mb:.1f} MB of arrays, {self.file_bytes / 1e6:.1f} MB on disk, "
                 f"{self.seconds:.1f} s")
         if self.skipped:
@@ -70,64 +94,219 @@ def check_expectations(sweep: Sweep, cases: list[Case]) -> dict:
     return outcome
 
 
-def _ordered_results(cases: list[Case], jobs: int):
-    """build_case results in case order; ``jobs`` > 1 computes them in spawned processes."""
-    if jobs <= 1:                       # one process: large cases use every CPU's thread
-        threads = os.cpu_count() or 1
-        for case in cases:
-            yield case, build_case(case, threads)
-        return
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-        pending = deque()
-        it = iter(cases)
-        try:
-            for case in it:
-                pending.append((case, pool.submit(build_case, case)))
-                if len(pending) >= 2 * jobs:
-                    break
-            while pending:
-                case, future = pending.popleft()
-                try:
-                    result = future.result()
-                except BrokenProcessPool:
-                    raise GenerateError(f"case {case.id}: a worker process ended abruptly (killed, "
-                                        "out of memory, or it could not start); --jobs 1 computes "
-                                        "in this process and shows the cause") from None
-                nxt = next(it, None)
-                if nxt is not None:
-                    pending.append((nxt, pool.submit(build_case, nxt)))
-                yield case, result
-        except BaseException:
-            for _, future in pending:
-                future.cancel()
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
+# --- the run in this process --------------------------------------------------------------------
+
+@dataclass
+class _Run:
+    """What every writing task needs: the sweep's identity and the writer's settings."""
+
+    sweep_name: str
+    sweep_definition: str
+    sweep_ref: str
+    seed: int
+    compression: str
+    extra_attrs: dict = field(default_factory=dict)
+
+    def writer(self, path, resume: bool, force: bool, **attrs) -> goldens.GoldenWriter:
+        return goldens.GoldenWriter(path, sweep_name=self.sweep_name,
+                                    sweep_definition=self.sweep_definition, sweep_seed=self.seed,
+                                    compression=self.compression, resume=resume, force=force,
+                                    extra_attrs={**self.extra_attrs, **attrs})
+
+
+def _write(run: _Run, writer, cases: list[Case], threads: int, summary: Summary, progress=None,
+           stop=None) -> bool:
+    """Build and write the cases the writer lacks; False when ``stop()`` said to stop."""
+    for case in cases:
+        if writer.has_case(case.id):
+            continue
+        if stop is not None and stop():
+            return False
+        data = build_case(case, threads)
+        writer.write_case(case.id, **data.writer_kwargs(regenerate_command(case, run.sweep_ref, run.seed)))
+        summary.cases += 1
+        summary.negative += data.negative
+        if progress:
+            progress(1)
+    return True
+
+
+def _generate_here(run: _Run, cases, out, resume, force, progress, summary) -> None:
+    if resume and os.path.exists(os.path.join(parts_dir(out), "plan.json")):
+        raise GenerateError(f"{parts_dir(out)}{os.sep} holds an interrupted run in parts: resume "
+                            "it with --jobs 2 or more, or start over with --force")
+    with run.writer(out, resume, force) as writer:
+        summary.skipped = sum(writer.has_case(c.id) for c in cases)
+        if progress and summary.skipped:
+            progress(summary.skipped)
+        _write(run, writer, cases, os.cpu_count() or 1, summary, progress)
+        summary.nbytes = writer.bytes_written
+
+
+# --- the run in parts ---------------------------------------------------------------------------
+
+#: the work of a case beyond its elements, in elements (HDF5 objects, attributes, Python)
+CASE_COST = 1 << 15
+
+
+def _cost(case: Case) -> int:
+    return CASE_COST + sum(prod(t.shape) for t in ops.get(case.op).plan(case.params).values())
+
+
+def split(cases: list[Case], parts: int) -> list[list[Case]]:
+    """``cases`` in ``parts`` groups of about equal work (planned elements plus a cost per case;
+    the largest first, each to the lightest group), each group in the cases' order."""
+    parts = max(1, min(parts, len(cases)))
+    load = [0] * parts
+    group = {}
+    for i in sorted(range(len(cases)), key=lambda i: (-_cost(cases[i]), i)):
+        k = min(range(parts), key=lambda k: (load[k], k))
+        group[i] = k
+        load[k] += _cost(cases[i])
+    return [[c for i, c in enumerate(cases) if group[i] == k] for k in range(parts)]
+
+
+def parts_dir(out) -> str:
+    """Where a run in parts keeps its part files: ``OUT.h5.parts``."""
+    return os.fspath(out) + ".parts"
+
+
+@dataclass
+class _Part:
+    """One task: write ``cases`` into the part file ``path`` (``label`` "K/P")."""
+
+    run: _Run
+    path: str
+    label: str
+    cases: list
+    stop_file: str
+
+
+def _write_part(part: _Part) -> Summary:
+    """Run in a worker process (or on a Dask worker): build and write one part, resuming its
+    file if it exists; stops at a case boundary once ``part.stop_file`` exists."""
+    summary = Summary(path=part.path)
+    resume = os.path.exists(part.path) or os.path.exists(goldens.part_path(part.path))
+    with part.run.writer(part.path, resume, False, part=part.label) as writer:
+        summary.skipped = sum(writer.has_case(c.id) for c in part.cases)
+        summary.stopped = not _write(part.run, writer, part.cases, 1, summary,
+                                     stop=lambda: os.path.exists(part.stop_file))
+        summary.nbytes = writer.bytes_written
+        if summary.stopped:
+            writer.abort()
+    return summary
+
+
+def _plan(cases: list[Case], directory: str, parts: int, resume: bool) -> list[tuple[str, list]]:
+    """The split of a run into part files: recorded in ``plan.json`` by the first run and kept
+    by ``resume``, so each part continues where it stopped."""
+    plan_path = os.path.join(directory, "plan.json")
+    by_id = {c.id: c for c in cases}
+    if resume and os.path.exists(plan_path):
+        with open(plan_path, encoding="utf-8") as fh:
+            recorded = json.load(fh)["parts"]
+        ids = [cid for p in recorded for cid in p["cases"]]
+        if sorted(ids) != sorted(by_id):
+            raise GenerateError(f"{directory}: the interrupted run split other cases into its "
+                                f"{len(recorded)} parts; resume with the same sweep, tier, filters "
+                                "and seed, or start over with --force")
+        return [(os.path.join(directory, p["file"]), [by_id[c] for c in p["cases"]]) for p in recorded]
+    groups = split(cases, parts)
+    n = len(groups)
+    planned = [(f"part-{k:0{len(str(n))}d}-of-{n}.h5", g) for k, g in enumerate(groups, 1)]
+    write_text_atomic(plan_path, json.dumps(
+        {"parts": [{"file": f, "cases": [c.id for c in g]} for f, g in planned]}, indent=1) + "\n")
+    return [(os.path.join(directory, f), g) for f, g in planned]
+
+
+def _generate_parts(run: _Run, cases, out, jobs, scheduler, resume, force, progress,
+                    summary) -> None:
+    directory = parts_dir(out)
+    if resume and os.path.exists(goldens.part_path(out)):
+        raise GenerateError(f"{goldens.part_path(out)} is an interrupted run in one process: "
+                            "resume it with --jobs 1, or start over with --force")
+    if os.path.exists(out) and not (resume or force):
+        raise goldens.GoldenFileExistsError("output exists; use --force to replace it", out)
+    if os.path.exists(out) and resume:
+        with goldens.open(out) as gf:
+            if gf.complete and set(c.id for c in cases) <= set(gf.case_ids()):
+                summary.skipped = len(cases)
+                return
+        raise GenerateError(f"{out}: complete, but without some of the selected cases; "
+                            "generate them into another file, or start over with --force")
+    if force and os.path.isdir(directory):
+        for name in os.listdir(directory):
+            if name.startswith("part-") or name in ("plan.json", "stop"):
+                os.remove(os.path.join(directory, name))
+    os.makedirs(directory, exist_ok=True)
+    stop_file = os.path.join(directory, "stop")
+    if os.path.exists(stop_file):
+        os.remove(stop_file)
+    workers = executors.worker_count(scheduler) if scheduler else jobs
+    plan = _plan(cases, directory, 4 * workers, resume)
+    tasks = [_Part(run, path, f"{k}/{len(plan)}", group, stop_file)
+             for k, (path, group) in enumerate(plan, 1)]
+    finished = []
+    results = executors.run(_write_part, tasks, jobs=jobs, scheduler=scheduler,
+                            on_interrupt=lambda: open(stop_file, "w").close())
+    try:
+        with closing(results):
+            for i, result in results:
+                for key in ("cases", "negative", "skipped", "nbytes"):
+                    setattr(summary, key, getattr(summary, key) + getattr(result, key))
+                if progress:
+                    progress(len(tasks[i].cases))
+                if not result.stopped:
+                    finished.append(i)
+    except executors.WorkerLost as exc:
+        raise GenerateError(f"{exc}; the cases written so far are in {directory}{os.sep}, "
+                            "--resume continues (--jobs 1 computes in this process and shows the "
+                            "cause)") from None
+    if len(finished) != len(tasks):
+        raise GenerateInterrupted(directory + os.sep)
+    shards.write_index(out, [t.path for t in tasks], [c.id for c in cases],
+                       {**_root_of(tasks[0].path), **run.extra_attrs})
+    os.remove(os.path.join(directory, "plan.json"))
+    summary.parts = len(tasks)
+
+
+def _root_of(part: str) -> dict:
+    """The root attributes of a part file that describe the whole run."""
+    with goldens.open(part) as gf:
+        return {k: v for k, v in gf.attrs.items() if k not in ("complete", "part", "created")}
 
 
 def generate(sweep: Sweep, cases: list[Case], out, *, seed: int | None = None, jobs: int = 1,
-             compression: str = goldens.DEFAULT_COMPRESSION, resume: bool = False,
-             force: bool = False, progress=None, extra_attrs: dict | None = None) -> Summary:
-    """Write ``cases`` of ``sweep`` to ``out``. ``seed`` is the data seed the cases were made
-    with (default: the sweep's); ``progress(n)`` is called after each case written or skipped."""
+             scheduler: str | None = None, compression: str = goldens.DEFAULT_COMPRESSION,
+             resume: bool = False, force: bool = False, progress=None,
+             extra_attrs: dict | None = None) -> Summary:
+    """Write ``cases`` of ``sweep`` to ``out`` (see the module docstring). ``seed`` is the data
+    seed the cases were made with (default: the sweep's); ``progress(n)`` is called as cases are
+    written or skipped. Raises :class:`GenerateInterrupted` on Ctrl-C."""
     start = time.perf_counter()
-    data_seed = sweep.seed if seed is None else int(seed)
-    summary = Summary(path=os.fspath(out))
-    with goldens.GoldenWriter(out, sweep_name=sweep.name, sweep_definition=sweep.definition,
-                              sweep_seed=data_seed, compression=compression, resume=resume,
-                              force=force, extra_attrs=extra_attrs) as writer:
-        todo = [c for c in cases if not writer.has_case(c.id)]
-        summary.skipped = len(cases) - len(todo)
-        if progress and summary.skipped:
-            progress(summary.skipped)
-        for case, data in _ordered_results(todo, jobs):
-            writer.write_case(case.id, **data.writer_kwargs(
-                regenerate_command(case, sweep.ref, data_seed)))
-            summary.cases += 1
-            summary.negative += data.negative
-            if progress:
-                progress(1)
-        summary.nbytes = writer.bytes_written
-    summary.file_bytes = os.path.getsize(summary.path) if os.path.exists(summary.path) else 0
+    run = _Run(sweep.name, sweep.definition, sweep.ref, sweep.seed if seed is None else int(seed),
+               compression, dict(extra_attrs or {}))
+    out = os.fspath(out)
+    summary = Summary(path=out)
+    here = jobs <= 1 and not scheduler
+    try:
+        if here:
+            _generate_here(run, cases, out, resume, force, progress, summary)
+        else:
+            _generate_parts(run, cases, os.path.abspath(out), jobs, scheduler, resume, force,
+                            progress, summary)
+    except GenerateInterrupted:
+        raise
+    except KeyboardInterrupt:
+        raise GenerateInterrupted(goldens.part_path(out) if here
+                                  else parts_dir(os.path.abspath(out)) + os.sep) from None
+    summary.file_bytes = sum(os.path.getsize(p) for p in [out] + _parts_of(out) if os.path.exists(p))
     summary.seconds = time.perf_counter() - start
     return summary
+
+
+def _parts_of(out: str) -> list[str]:
+    if not os.path.exists(out):
+        return []
+    with goldens.open(out) as gf:
+        return gf.part_files

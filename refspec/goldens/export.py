@@ -128,11 +128,13 @@ def write_array_file(path: str, arr: LazyArray, fmt: str) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
-def case_description(case: GoldenCase, gf: GoldenFile, fmt: str, written: dict) -> dict:
-    """The content of case.json; ``written`` maps file names to (byte size, sha256)."""
+def case_description(case: GoldenCase, gf: GoldenFile, fmt: str, written: dict,
+                     planned: list[ExportedFile] | None = None) -> dict:
+    """The content of case.json; ``written`` maps file names to (byte size, sha256);
+    ``planned`` is :func:`plan_files` of the case when already made."""
     op = operator_of(case)
     files = []
-    for f in plan_files(case, fmt):
+    for f in planned or plan_files(case, fmt):
         arr = f.array
         size, sha = written[f.file_name]
         entry = {"name": f.file_name, "role": f.role, "python_name": f.python_name,
@@ -176,25 +178,27 @@ def export_cases(path, out_dir, case_ids=None, fmt: str = "bin", force: bool = F
         raise ExportError("output exists and is not a directory", out_dir)
     with GoldenFile(path) as gf:
         ids = select_cases(gf, case_ids)
-        plans = []
-        for case_id in ids:
-            case = gf[case_id]
-            d = case_dir(out_dir, case_id)
-            targets = [os.path.join(d, f.file_name) for f in plan_files(case, fmt)]
-            targets.append(os.path.join(d, "case.json"))
-            plans.append((case, d, targets))
-        if not force:
-            existing = [t for _, _, targets in plans for t in targets if os.path.lexists(t)]
+        if not force and os.path.isdir(out_dir):      # nothing is written if anything exists
+            existing = [t for case_id in ids for t in _targets(gf[case_id], out_dir, fmt)
+                        if os.path.lexists(t)]
             if existing:
                 more = f" and {len(existing) - 1} more" if len(existing) > 1 else ""
                 raise ExportError(f"{existing[0]} exists{more}; use --force to overwrite")
         dirs = []
-        for case, d, _ in plans:
+        for case_id in ids:
+            case = gf[case_id]
+            d = case_dir(out_dir, case_id)
             os.makedirs(d, exist_ok=True)
-            written = {}
-            for f in plan_files(case, fmt):
-                written[f.file_name] = write_array_file(os.path.join(d, f.file_name), f.array, fmt)
-            desc = case_description(case, gf, fmt, written)
+            planned = plan_files(case, fmt)
+            written = {f.file_name: write_array_file(os.path.join(d, f.file_name), f.array, fmt)
+                       for f in planned}
+            desc = case_description(case, gf, fmt, written, planned)
             write_text_atomic(os.path.join(d, "case.json"), json.dumps(desc, indent=2) + "\n")
             dirs.append(d)
     return dirs
+
+
+def _targets(case: GoldenCase, out_dir: str, fmt: str) -> list[str]:
+    """The files exporting ``case`` writes."""
+    d = case_dir(out_dir, case.case_id)
+    return [os.path.join(d, f.file_name) for f in plan_files(case, fmt)] + [os.path.join(d, "case.json")]

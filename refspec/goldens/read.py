@@ -15,8 +15,10 @@ from math import prod
 import h5py
 import numpy as np
 
-from .format import (CASES_GROUP, INDEX_DATASET, SCHEMA_VERSION, GoldenFileError,
-                     UnknownCaseError, case_path, decode_array, read_attrs, real_dtype)
+from . import index
+from ..spec.dtypes import bfloat16
+from .format import (BF16_ENCODING, CASE_SUBGROUPS, CASES_GROUP, INDEX_DATASET, SCHEMA_VERSION,
+                     GoldenFileError, UnknownCaseError, case_path, decode_array, read_attrs)
 
 __all__ = ["open", "GoldenFile", "GoldenCase", "LazyArray", "ArrayGroup"]
 
@@ -28,12 +30,31 @@ class LazyArray:
     read it whole.
     """
 
-    def __init__(self, ds: h5py.Dataset):
-        self._ds = ds
-        self.name = ds.name.rsplit("/", 1)[-1]
-        self.encoding = ds.attrs.get("encoding")
-        self.dtype = real_dtype(ds)
-        self.shape = tuple(ds.shape)
+    def __init__(self, ds, name: str | None = None, described: dict | None = None):
+        """``ds``: the h5py Dataset, or a function that opens it when data are first read;
+        ``described``: the dataset's attributes and shape from the file's index (then no
+        attribute is read from HDF5)."""
+        self._ds = ds if isinstance(ds, h5py.Dataset) else None
+        self._open = None if self._ds is not None else ds
+        if described is None:
+            ds = self._dataset
+            self._attrs = None
+            self.name = ds.name.rsplit("/", 1)[-1]
+            self.encoding = ds.attrs.get("encoding")
+            self.dtype = bfloat16 if self.encoding == BF16_ENCODING else ds.dtype
+            self.shape = tuple(ds.shape)
+        else:
+            self._attrs = {k: v for k, v in described.items() if k != "shape"}
+            self.name = name
+            self.encoding = self._attrs.get("encoding")
+            self.dtype = bfloat16 if self.encoding == BF16_ENCODING else np.dtype(self._attrs["dtype"])
+            self.shape = tuple(described["shape"])
+
+    @property
+    def _dataset(self) -> h5py.Dataset:
+        if self._ds is None:
+            self._ds = self._open()
+        return self._ds
 
     @property
     def ndim(self) -> int:
@@ -49,12 +70,12 @@ class LazyArray:
 
     @property
     def chunks(self):
-        return self._ds.chunks
+        return self._dataset.chunks
 
     @property
     def compression(self) -> str:
         """"none", "lzf", "gzip:N", with "+shuffle" when the shuffle filter is on."""
-        ds = self._ds
+        ds = self._dataset
         name = ds.compression or "none"
         if name == "gzip":
             name = f"gzip:{ds.compression_opts}"
@@ -63,16 +84,19 @@ class LazyArray:
     @property
     def stored_nbytes(self) -> int:
         """Bytes the dataset occupies in the file (after compression)."""
-        return int(self._ds.id.get_storage_size())
+        return int(self._dataset.id.get_storage_size())
 
     @property
     def attrs(self) -> dict:
-        return read_attrs(self._ds)
+        """The dataset's attributes (read once)."""
+        if self._attrs is None:
+            self._attrs = read_attrs(self._dataset)
+        return dict(self._attrs)
 
     @property
     def file_path(self) -> str:
         """The file the dataset is stored in."""
-        return self._ds.file.filename
+        return self._dataset.file.filename
 
     def raw_extents(self):
         """Where the dataset's elements lie in its file when they are stored raw, or None.
@@ -84,7 +108,7 @@ class LazyArray:
         unallocated chunks (fill values), chunks that are not runs of whole trailing axes,
         big-endian storage, a user block, or an HDF5 library that cannot tell.
         """
-        ds = self._ds
+        ds = self._dataset
         try:
             return _raw_extents(ds)
         except Exception:  # an HDF5 build without the chunk queries, and the like
@@ -96,14 +120,14 @@ class LazyArray:
         return self.shape[0]
 
     def _check_open(self):
-        if not self._ds.id.valid:
+        if not self._dataset.id.valid:
             raise GoldenFileError(f"dataset {self.name} read after its file was closed")
 
     def __getitem__(self, index) -> np.ndarray:
         self._check_open()
         if self.size == 0:
-            return decode_array(np.empty(self.shape, self._ds.dtype)[index], self.encoding)
-        return decode_array(self._ds[index], self.encoding)
+            return decode_array(np.empty(self.shape, self._dataset.dtype)[index], self.encoding)
+        return decode_array(self._dataset[index], self.encoding)
 
     def read(self) -> np.ndarray:
         """The whole dataset as one array."""
@@ -134,7 +158,7 @@ class LazyArray:
             yield index, self[index]
 
     def __repr__(self):
-        return f"<LazyArray {self._ds.name} shape={self.shape} dtype={self.dtype.name}>"
+        return f"<LazyArray {self.name} shape={self.shape} dtype={self.dtype.name}>"
 
 
 def _raw_extents(ds: h5py.Dataset):
@@ -188,15 +212,31 @@ def _raw_extents(ds: h5py.Dataset):
 class ArrayGroup(Mapping):
     """Name -> LazyArray for one subgroup of a case (empty when the subgroup is absent)."""
 
-    def __init__(self, group: h5py.Group | None):
+    def __init__(self, group: h5py.Group | None, described: dict | None = None, opener=None,
+                 where: str = ""):
+        """From the subgroup itself, or (``described``: name -> attributes and shape from the
+        file's index) without touching HDF5 until ``opener(name)`` opens a dataset to read it."""
         self._group = group
-        self._names = [] if group is None else list(group.keys())
+        self._described = described
+        self._opener = opener
+        self._where = where or ("absent" if group is None else group.name)
+        if described is not None:
+            self._names = list(described)
+        else:
+            self._names = [] if group is None else list(group.keys())
+        self._arrays: dict[str, LazyArray] = {}
 
     def __getitem__(self, name) -> LazyArray:
         if name not in self._names:
-            where = "absent" if self._group is None else self._group.name
-            raise KeyError(f"no dataset {name!r} in {where}; present: {', '.join(self._names) or 'none'}")
-        return LazyArray(self._group[name])
+            raise KeyError(f"no dataset {name!r} in {self._where}; present: "
+                           f"{', '.join(self._names) or 'none'}")
+        if name not in self._arrays:
+            if self._described is None:
+                self._arrays[name] = LazyArray(self._group[name])
+            else:
+                self._arrays[name] = LazyArray(lambda: self._opener(name), name,
+                                               self._described[name])
+        return self._arrays[name]
 
     def __iter__(self):
         return iter(self._names)
@@ -212,27 +252,63 @@ class ArrayGroup(Mapping):
 
 
 class GoldenCase:
-    """One case of a golden file (its group's attributes and lazily read arrays)."""
+    """One case of a golden file: its metadata and lazily read arrays.
 
-    def __init__(self, group: h5py.Group):
-        self._group = group
-        a = read_attrs(group)
-        self.attrs = a
-        self.case_id: str = a["case_id"]
-        self.op: str = a["op"]
-        self.params: dict = json.loads(a["params"])
-        self.seed: int = int(a["seed"])
-        self.soc: str = a.get("soc", "")
-        self.distribution: str = a.get("distribution", "")
-        code = int(a.get("expected_error_code", 0))
-        self.expected_error: int | None = code or None
-        self.expected_error_status: str | None = a.get("expected_error_status") or None
-        self.expected_error_message: str | None = a.get("expected_error_message") or None
-        self.regenerate: str = a.get("regenerate", "")
-        self.inputs = ArrayGroup(group.get("inputs"))
-        self.expected = ArrayGroup(group.get("expected"))
-        self.exact = ArrayGroup(group.get("exact"))
-        self.sum_abs = ArrayGroup(group.get("sum_abs"))
+    ``group`` is the case's HDF5 group, or a function that opens it; with ``row`` (its
+    :class:`~refspec.goldens.index.Row` with ``meta``) everything but the arrays' data comes
+    from the file's index, and the group is opened only when data are read.
+    """
+
+    def __init__(self, group, row: index.Row | None = None):
+        self._group = group if isinstance(group, h5py.Group) else None
+        self._open = None if self._group is not None else group
+        self._attrs = None
+        meta = json.loads(row.meta) if row is not None and row.meta else None
+        if meta is None:
+            a = self.attrs
+            self.case_id: str = a["case_id"]
+            self.op: str = a["op"]
+            self.params: dict = json.loads(a["params"])
+            self.seed: int = int(a["seed"])
+            self.soc: str = a.get("soc", "")
+            self.distribution: str = a.get("distribution", "")
+            error = (int(a.get("expected_error_code", 0)), a.get("expected_error_status"),
+                     a.get("expected_error_message"))
+            self.regenerate: str = a.get("regenerate", "")
+            g = self.group
+            for sub in CASE_SUBGROUPS:
+                setattr(self, sub, ArrayGroup(g.get(sub)))
+        else:
+            self.case_id, self.op, self.soc = row.case_id, row.op, row.soc
+            self.params = meta["params"]
+            self.seed = int(meta["seed"])
+            self.distribution = meta["distribution"]
+            self.regenerate = meta["regenerate"]
+            error = tuple(meta["error"]) if meta["error"] else (0, None, None)
+            arrays = meta["arrays"]
+            for sub in CASE_SUBGROUPS:
+                setattr(self, sub, ArrayGroup(None, arrays.get(sub, {}), self._opener(sub),
+                                              where=f"{self.case_id}/{sub}"))
+        self.expected_error: int | None = int(error[0]) or None
+        self.expected_error_status: str | None = error[1] or None
+        self.expected_error_message: str | None = error[2] or None
+
+    @property
+    def group(self) -> h5py.Group:
+        """The case's HDF5 group (opened on first use)."""
+        if self._group is None:
+            self._group = self._open()
+        return self._group
+
+    @property
+    def attrs(self) -> dict:
+        """The case group's attributes (read from HDF5 on first use)."""
+        if self._attrs is None:
+            self._attrs = read_attrs(self.group)
+        return self._attrs
+
+    def _opener(self, sub: str):
+        return lambda name: self.group[sub][name]
 
     @property
     def input_names(self) -> list[str]:
@@ -259,18 +335,24 @@ class GoldenCase:
 
 
 class GoldenFile:
-    """An open golden file; use as a context manager (see :func:`open`)."""
+    """An open golden file; use as a context manager (see :func:`open`).
+
+    A file written by ``refspec generate --jobs N`` is an index whose cases are HDF5 external
+    links into its part files (``<file>.parts/``); its cases read like any other (the part files
+    are opened once, when a case of theirs is first read).
+    """
 
     def __init__(self, path):
         self.path = os.fspath(path)
         self._file = _open_h5(self.path)
+        self._parts: dict[str, h5py.File] = {}
+        self._row_of = None
         try:
             self.attrs = read_attrs(self._file)
             _check_schema(self.attrs, self.path)
             if INDEX_DATASET not in self._file or CASES_GROUP not in self._file:
                 raise GoldenFileError("not a refspec golden file (no /index or /cases)", self.path)
-            raw = self._file[INDEX_DATASET][()]
-            self._ids = [s.decode("utf-8") if isinstance(s, bytes) else str(s) for s in raw]
+            self._ids = index.read_ids(self._file)
             self._id_set = set(self._ids)
         except BaseException:
             self._file.close()
@@ -279,6 +361,29 @@ class GoldenFile:
     @property
     def complete(self) -> bool:
         return bool(self.attrs.get("complete", False))
+
+    @property
+    def part_files(self) -> list[str]:
+        """The part files a ``--jobs`` run's index links to (empty for a self-contained file)."""
+        names = json.loads(self.attrs.get("parts", "[]"))
+        return [os.path.join(os.path.dirname(os.path.abspath(self.path)), n) for n in names]
+
+    def summary(self) -> list[index.Row]:
+        """One :class:`~refspec.goldens.index.Row` per case in file order, from the index at
+        the file's root (rows it lacks are read from the cases)."""
+        rows = self._rows()
+        return [rows.get(c) or index.row_of_case(c, self.case_group(c)) for c in self._ids]
+
+    def case_group(self, case_id: str) -> h5py.Group:
+        """The HDF5 group of a case (in its part file, for the index of a ``--jobs`` run)."""
+        path = case_path(case_id)
+        link = self._file.get(path, getlink=True)
+        if not isinstance(link, h5py.ExternalLink):
+            return self._file[path]
+        if link.filename not in self._parts:
+            name = os.path.join(os.path.dirname(os.path.abspath(self.path)), link.filename)
+            self._parts[link.filename] = _open_h5(name)
+        return self._parts[link.filename][link.path]
 
     @property
     def h5(self) -> h5py.File:
@@ -299,13 +404,22 @@ class GoldenFile:
         if case_id not in self._id_set:
             raise UnknownCaseError(f"case {case_id!r} is not in {self.path} "
                                    f"({len(self._ids)} cases; `refspec show {self.path}` lists them)")
-        return GoldenCase(self._file[case_path(case_id)])
+        return GoldenCase(lambda: self.case_group(case_id), self._rows().get(case_id))
+
+    def _rows(self) -> dict:
+        """The index rows by case id (read once; cases without one are read from their groups)."""
+        if self._row_of is None:
+            self._row_of = {r.case_id: r for r in index.read_rows(self._file, self._ids) if r}
+        return self._row_of
 
     def __iter__(self):
         for case_id in self._ids:
             yield self[case_id]
 
     def close(self) -> None:
+        for part in self._parts.values():
+            part.close()
+        self._parts.clear()
         self._file.close()
 
     def __enter__(self):

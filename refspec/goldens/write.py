@@ -6,7 +6,8 @@ Semantics (docs/goldens.md, "Writing, resuming, merging"):
   ``complete=True`` and renames the file to ``<path>``. An exception or a killed process leaves
   only the ``.part`` file, whose ``complete`` is False: never a file that looks complete.
 - A case counts as written once all its datasets exist, its group carries ``written=True`` and
-  its id is appended to ``/index`` (in that order, then the file is flushed). A case interrupted
+  its id and summary row are appended to ``/index`` and ``/summary`` (:mod:`.index`; in that
+  order, at the next flush, at least once a second). A case interrupted
   half-way is deleted and rewritten when it is written again on resume.
 - ``resume=True`` continues ``<path>.part`` (or a complete ``<path>``: that file is moved back to
   ``.part`` only when a new case is actually written); ``has_case`` tells which cases to skip.
@@ -16,6 +17,7 @@ Semantics (docs/goldens.md, "Writing, resuming, merging"):
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from datetime import datetime, timezone
@@ -25,8 +27,10 @@ import numpy as np
 from h5py import h5a, h5d, h5g, h5p, h5s, h5t, h5z
 
 from .._version import __version__
+from ..spec.dtypes import dtype_name
 from ..spec.errors import AclnnError
 from ..spec.terms import CLASSES
+from . import index
 from .format import (CASES_GROUP, INDEX_DATASET, LIBVER, SCHEMA_VERSION, DEFAULT_COMPRESSION,
                      GoldenFileError, GoldenFileExistsError, atomic_replace, attr_value,
                      case_path, check_case_id, chunk_shape, compression_filters, dumps_params,
@@ -123,15 +127,14 @@ def _now() -> str:
 
 
 def create_golden_file(path, root_attrs: dict) -> h5py.File:
-    """A new, empty golden file (root attributes, ``/cases``, an empty ``/index``)."""
+    """A new, empty golden file (root attributes, ``/cases``, an empty index)."""
     f = h5py.File(path, "w", libver=LIBVER, track_order=True)
     try:
         for k, v in root_attrs.items():
             f.attrs[k] = v
         f.attrs["complete"] = False
         f.create_group(CASES_GROUP, track_order=True)
-        f.create_dataset(INDEX_DATASET, shape=(0,), maxshape=(None,), chunks=(1024,),
-                         dtype=h5py.string_dtype("utf-8"))
+        index.create(f)
         f.flush()
     except BaseException:
         f.close()
@@ -148,13 +151,6 @@ def create_case_group(parent: h5py.Group, name: str) -> h5py.Group:
     gcpl.set_attr_creation_order(order)
     gcpl.set_attr_phase_change(64, 48)
     return h5py.Group(h5py.h5g.create(parent.id, name.encode("utf-8"), gcpl=gcpl))
-
-
-def append_index(f: h5py.File, case_id: str) -> None:
-    index = f[INDEX_DATASET]
-    n = index.shape[0]
-    index.resize((n + 1,))
-    index[n] = case_id
 
 
 def require_case_parent(f: h5py.File, case_id: str) -> h5py.Group:
@@ -199,7 +195,7 @@ class GoldenWriter:
         self._parents: dict = {}          # parent path of case ids -> its h5py Group
         self._created: set = set()        # those of them this writer created
         self._partial: set = set()        # cases whose writing by this writer failed half-way
-        self._unindexed: list[str] = []   # written cases whose ids go to /index at the next flush
+        self._unindexed: list = []        # index rows of written cases, appended at the next flush
         self._dcpls: dict = {}            # dataset creation property lists by (rank, chunks, dtype)
         self._dtypes: dict = {}
         self._spaces: dict = {}           # dataspaces by shape
@@ -266,15 +262,15 @@ class GoldenWriter:
         if INDEX_DATASET not in f or CASES_GROUP not in f:
             raise GoldenFileError("cannot resume: not a refspec golden file (no /index or "
                                   "/cases); use --force to start over", f.filename)
-        ids = [s.decode("utf-8") if isinstance(s, bytes) else s for s in f[INDEX_DATASET][()]]
-        ok = [c for c in ids if case_path(c) in f and f[case_path(c)].attrs.get("written", False)]
-        if len(ok) != len(ids) and repair:       # entries whose group was lost: forget them
-            index = f[INDEX_DATASET]
-            index.resize((len(ok),))
-            if ok:
-                index[:] = ok
-        self._written = ok
-        self._done = set(ok)
+        ids = index.read_ids(f)
+        rows = index.read_rows(f, ids)
+        kept = [(c, r) for c, r in zip(ids, rows)
+                if case_path(c) in f and f[case_path(c)].attrs.get("written", False)]
+        if repair and (len(kept) != len(ids) or any(r is None for _, r in kept)):
+            # entries whose group was lost are forgotten; missing summary rows are recomputed
+            index.rewrite(f, [r or index.row_of_case(c, f[case_path(c)]) for c, r in kept])
+        self._written = [c for c, _ in kept]
+        self._done = set(self._written)
 
     def _make_writable(self) -> None:
         if self._reopen_complete:
@@ -343,15 +339,29 @@ class GoldenWriter:
             regenerate=str(regenerate))
         set_attrs(g, attrs)
 
-        nbytes = self._write_group(g, "inputs", inputs)
+        groups = [("inputs", inputs, None, None)]
         if expected_error is None:
-            nbytes += self._write_group(g, "expected", expected, terms, axes)
-            nbytes += self._write_group(g, "exact", exact)
-            sums = {k: terms[k].sum_abs for k in expected if terms[k].sum_abs is not None}
-            nbytes += self._write_group(g, "sum_abs", sums)
+            groups += [("expected", expected, terms, axes), ("exact", exact, None, None),
+                       ("sum_abs", {k: terms[k].sum_abs for k in expected
+                                    if terms[k].sum_abs is not None}, None, None)]
+        nbytes = stored = 0
+        datasets = {}
+        for sub, arrays, t, ax in groups:
+            n, s, described = self._write_group(g, sub, arrays, t, ax)
+            nbytes, stored = nbytes + n, stored + s
+            if described:
+                datasets[sub] = described
         set_attrs(g, {"written": True})
         self._partial.discard(case_id)
-        self._unindexed.append(case_id)
+        dtype = params.get("dtype") or next((dtype_name(np.asarray(v).dtype) for v in inputs.values()), "")
+        error = (None if expected_error is None else
+                 [attrs["expected_error_code"], attrs["expected_error_status"], attrs["expected_error_message"]])
+        meta = json.dumps({"params": json.loads(params_json), "seed": int(seed),
+                           "distribution": str(distribution), "error": error,
+                           "regenerate": str(regenerate), "arrays": datasets},
+                          separators=(",", ":"), allow_nan=True)
+        self._unindexed.append(index.Row(case_id, str(op), str(dtype), "" if soc is None else str(soc),
+                                         expected_error is not None, nbytes, stored, meta))
         if time.monotonic() - self._flushed >= FLUSH_SECONDS:
             self.flush()
         self._written.append(case_id)
@@ -413,12 +423,15 @@ class GoldenWriter:
             if s is not None and np.shape(s) != shape:
                 raise ValueError(f"{where}: sum_abs {name!r} shape {np.shape(s)} != {shape}")
 
-    def _write_group(self, case_group, sub: str, arrays: dict, terms=None, axes=None) -> int:
+    def _write_group(self, case_group, sub: str, arrays: dict, terms=None, axes=None) -> tuple:
+        """Write one subgroup; returns (logical bytes, stored bytes, {name: its attributes and
+        shape})."""
         if not arrays:
-            return 0
+            return 0, 0, {}
         group = h5g.create(case_group.id, sub.encode("ascii"), lcpl=_SUBGROUP_LCPL,
                            gcpl=_SUBGROUP_GCPL)
-        nbytes = 0
+        nbytes = on_disk = 0
+        described = {}
         for name, value in arrays.items():
             arr = np.asarray(value)
             if sub in ("exact", "sum_abs"):
@@ -432,7 +445,9 @@ class GoldenWriter:
                 attrs["axes"] = str(axes[name])
             set_attrs(ds, attrs)
             nbytes += stored.nbytes
-        return nbytes
+            on_disk += ds.get_storage_size()
+            described[name] = {**attrs, "shape": list(stored.shape)}
+        return nbytes, on_disk, described
 
     def _create_dataset(self, group: h5g.GroupID, name: str, data: np.ndarray) -> h5d.DatasetID:
         """What ``group.create_dataset(name, data=data, chunks=chunk_shape(...),
@@ -468,13 +483,9 @@ class GoldenWriter:
         self._flushed = time.monotonic()
 
     def _index_written(self, f: h5py.File) -> None:
-        """Append the ids of the cases written since the last flush to ``/index``."""
-        if self._unindexed:
-            index = f[INDEX_DATASET]
-            n = index.shape[0]
-            index.resize((n + len(self._unindexed),))
-            index[n:] = self._unindexed
-            self._unindexed = []
+        """Append the cases written since the last flush to ``/index`` and ``/summary``."""
+        index.append(f, self._unindexed)
+        self._unindexed = []
 
     def close(self) -> str:
         """Mark the file complete and rename it to its final name; returns that path."""

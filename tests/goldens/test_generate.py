@@ -11,11 +11,13 @@ import pytest
 
 import refspec
 import refspec.goldens as goldens
-from refspec.spec.errors import AclnnError
 from refspec.goldens.engine import GenerateError, check_expectations, generate
 from refspec.goldens.sweep import load_sweep, parse_sweep, shard
+from refspec.spec.errors import AclnnError
 from refspec.spec.terms import (norm_rope_concat_backward_terms, norm_rope_concat_terms,
-                           rope_grad_terms, rope_terms)
+                                rope_grad_terms, rope_terms)
+
+from golden_files import file_content
 
 
 @pytest.fixture(scope="module")
@@ -37,22 +39,6 @@ def golden(smoke, selection, tmp_path_factory):
     summary = generate(smoke, selection, path)
     assert summary.cases == len(selection) and summary.negative > 0
     return path
-
-
-def case_content(case) -> dict:
-    """Everything a case holds: attributes and every dataset's bytes, dtype, shape, attrs."""
-    out = {"attrs": {k: v for k, v in case.attrs.items()}}
-    for group in ("inputs", "expected", "exact", "sum_abs"):
-        arrays = getattr(case, group)
-        for name in arrays:
-            a = arrays[name].read()
-            out[f"{group}/{name}"] = (a.dtype.str, a.shape, a.tobytes(), dict(arrays[name].attrs))
-    return out
-
-
-def file_content(path) -> dict:
-    with goldens.open(path) as gf:
-        return {cid: case_content(gf[cid]) for cid in gf.case_ids()}
 
 
 def spec_outputs(case):

@@ -1,0 +1,117 @@
+"""Where independent tasks run: this process, worker processes of the standard library's pool,
+or a Dask distributed cluster (docs/cluster.md).
+
+A task is a module-level function and one picklable argument; its result should be small (the
+generator's tasks write their own files and return a summary, the comparator's return verdicts),
+so nothing large travels between processes. :func:`run` yields each task's index and result as
+it completes.
+
+Worker processes ignore SIGINT: a Ctrl-C in a terminal reaches the whole process group, and only
+the parent should answer it. :func:`run` then tells the tasks under way to stop (the
+generator's tasks stop at their next case boundary, see :mod:`refspec.goldens.engine`), cancels
+those not started, and lets the KeyboardInterrupt through once the others have returned.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+
+__all__ = ["SCHEDULER_ENV", "WorkerLost", "SchedulerUnavailable", "run", "scheduler_address",
+           "worker_count"]
+
+#: environment variable naming a Dask scheduler when ``--scheduler`` is not given
+SCHEDULER_ENV = "REFSPEC_SCHEDULER"
+
+
+class WorkerLost(RuntimeError):
+    """A worker process ended without returning (killed, out of memory, could not start)."""
+
+
+class SchedulerUnavailable(RuntimeError):
+    """No Dask: the distributed package is missing, or the scheduler cannot be reached."""
+
+
+def scheduler_address(given: str | None) -> str | None:
+    """``given``, else $REFSPEC_SCHEDULER, else None (run locally)."""
+    return given or os.environ.get(SCHEDULER_ENV) or None
+
+
+def _client(address: str):
+    try:
+        from distributed import Client
+    except ImportError:
+        raise SchedulerUnavailable("a Dask scheduler needs the distributed package: "
+                                   "pip install \"refspec[dask]\"") from None
+    try:
+        return Client(address, timeout=30)
+    except Exception as exc:              # OSError, TimeoutError, a malformed address, ...
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise SchedulerUnavailable(f"cannot reach the Dask scheduler at {address!r}: {detail}") from None
+
+
+def worker_count(scheduler: str) -> int:
+    """How many Dask workers the scheduler has now (at least 1)."""
+    with _client(scheduler) as client:
+        return max(1, len(client.scheduler_info().get("workers", {})))
+
+
+def run(fn, tasks: list, *, jobs: int = 1, scheduler: str | None = None, on_interrupt=None):
+    """Run ``fn(task)`` for every task; yield ``(index, result)`` in completion order.
+
+    ``jobs`` worker processes (1: in this process, in order) or the Dask cluster at
+    ``scheduler``. If anything ends the run early (KeyboardInterrupt, a lost worker, the caller
+    closing the generator), ``on_interrupt()`` is called first (it should make the tasks under
+    way stop soon), the tasks not started are cancelled, and the exception goes on once the
+    tasks under way have returned. A worker that dies raises :class:`WorkerLost`.
+    """
+    if scheduler:
+        yield from _run_dask(fn, tasks, scheduler, on_interrupt)
+    elif jobs <= 1:
+        for i, task in enumerate(tasks):
+            yield i, fn(task)
+    else:
+        yield from _run_processes(fn, tasks, jobs, on_interrupt)
+
+
+def _run_processes(fn, tasks, jobs, on_interrupt):
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)) or 1, mp_context=ctx) as pool:
+        try:
+            # the workers start while SIGINT is ignored and inherit that (Python keeps a SIGINT
+            # disposition its parent changed), so a Ctrl-C reaches this process alone
+            previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            try:
+                futures = {pool.submit(fn, task): i for i, task in enumerate(tasks)}
+            finally:
+                signal.signal(signal.SIGINT, previous)
+            for future in as_completed(futures):
+                try:
+                    result = future.result()
+                except BrokenProcessPool:
+                    raise WorkerLost("a worker process ended abruptly (killed, out of memory, "
+                                     "or it could not start)") from None
+                yield futures[future], result
+        except BaseException:
+            if on_interrupt is not None:
+                on_interrupt()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+
+
+def _run_dask(fn, tasks, address, on_interrupt):
+    with _client(address) as client:
+        from distributed import as_completed as dask_completed
+        futures = [client.submit(fn, task, pure=False) for task in tasks]
+        index = {f.key: i for i, f in enumerate(futures)}
+        try:
+            for future in dask_completed(futures):
+                yield index[future.key], future.result()
+        except BaseException:
+            if on_interrupt is not None:
+                on_interrupt()
+            client.cancel([f for f in futures if not f.done()])
+            raise
