@@ -10,6 +10,7 @@ from collections import Counter
 
 import click
 
+from ..goldens.executors import SCHEDULER_ENV, SchedulerUnavailable, WorkerLost
 from ..goldens.export import FORMATS, export_cases
 from ..goldens.format import UnknownCaseError
 from ..goldens.read import GoldenCase, GoldenFile, LazyArray
@@ -180,12 +181,18 @@ def show(file, case, as_json, ids):
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Directory to write DIR/<case_id>/ into.")
 @click.option("--force", is_flag=True, help="Overwrite files that exist.")
-def export(file, cases, fmt, out_dir, force):
+@click.option("--jobs", "-j", type=click.IntRange(0), default=1, show_default=True, metavar="N",
+              help="Worker processes exporting groups of cases side by side (0 = one per CPU).")
+@click.option("--scheduler", default=None, envvar=SCHEDULER_ENV, metavar="ADDRESS",
+              help=f"Export on this Dask scheduler's workers (also ${SCHEDULER_ENV}); they must "
+                   "see FILE and the output directory.")
+def export(file, cases, fmt, out_dir, force, jobs, scheduler):
     """Export cases of a golden FILE as the vendor test scripts' files: one file per input
     (dy.bin, gradQueryOutput.bin, ...), golden_<output>.bin and case.json per case."""
     try:
-        dirs = export_cases(file, out_dir, cases or None, fmt=fmt, force=force)
-    except UnknownCaseError as exc:
+        dirs = export_cases(file, out_dir, cases or None, fmt=fmt, force=force,
+                            jobs=jobs or os.cpu_count() or 1, scheduler=scheduler)
+    except (UnknownCaseError, SchedulerUnavailable, WorkerLost) as exc:
         raise _cli_error(str(exc)) from None
     click.echo(f"exported {len(dirs)} case(s) as .{fmt} under {out_dir}", err=True)
     return 0

@@ -154,16 +154,9 @@ def _cost(case: Case) -> int:
 
 
 def split(cases: list[Case], parts: int) -> list[list[Case]]:
-    """``cases`` in ``parts`` groups of about equal work (planned elements plus a cost per case;
-    the largest first, each to the lightest group), each group in the cases' order."""
-    parts = max(1, min(parts, len(cases)))
-    load = [0] * parts
-    group = {}
-    for i in sorted(range(len(cases)), key=lambda i: (-_cost(cases[i]), i)):
-        k = min(range(parts), key=lambda k: (load[k], k))
-        group[i] = k
-        load[k] += _cost(cases[i])
-    return [[c for i, c in enumerate(cases) if group[i] == k] for k in range(parts)]
+    """``cases`` in ``parts`` groups of about equal work (planned elements plus a cost per
+    case), each group in the cases' order."""
+    return [[cases[i] for i in g] for g in executors.balance([_cost(c) for c in cases], parts)]
 
 
 def parts_dir(out) -> str:

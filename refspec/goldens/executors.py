@@ -21,7 +21,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 
 __all__ = ["SCHEDULER_ENV", "WorkerLost", "SchedulerUnavailable", "run", "scheduler_address",
-           "worker_count"]
+           "worker_count", "balance"]
 
 #: environment variable naming a Dask scheduler when ``--scheduler`` is not given
 SCHEDULER_ENV = "REFSPEC_SCHEDULER"
@@ -38,6 +38,19 @@ class SchedulerUnavailable(RuntimeError):
 def scheduler_address(given: str | None) -> str | None:
     """``given``, else $REFSPEC_SCHEDULER, else None (run locally)."""
     return given or os.environ.get(SCHEDULER_ENV) or None
+
+
+def balance(weights: list, parts: int) -> list[list[int]]:
+    """The indices of ``weights`` in ``parts`` groups of about equal total weight (the heaviest
+    first, each to the lightest group; deterministic), each group in index order."""
+    parts = max(1, min(parts, len(weights)))
+    load = [0] * parts
+    group = [0] * len(weights)
+    for i in sorted(range(len(weights)), key=lambda i: (-weights[i], i)):
+        k = min(range(parts), key=lambda k: (load[k], k))
+        group[i] = k
+        load[k] += weights[i]
+    return [[i for i in range(len(weights)) if group[i] == k] for k in range(parts)]
 
 
 def _client(address: str):

@@ -96,7 +96,7 @@ class LazyArray:
     @property
     def file_path(self) -> str:
         """The file the dataset is stored in."""
-        return self._dataset.file.filename
+        return h5py.h5f.get_name(self._dataset.id).decode("utf-8", "surrogateescape")
 
     def raw_extents(self):
         """Where the dataset's elements lie in its file when they are stored raw, or None.
@@ -162,22 +162,24 @@ class LazyArray:
 
 
 def _raw_extents(ds: h5py.Dataset):
-    shape = tuple(ds.shape)
+    dsid = ds.id                          # the low-level calls: h5py's properties cost ~40 us each
+    shape = tuple(dsid.shape)
     n = prod(shape)
-    itemsize = ds.dtype.itemsize
-    if (n == 0 or ds.dtype.kind not in "fiu" or ds.dtype.byteorder == ">"
-            or ds.file.userblock_size):
+    dtype = dsid.dtype
+    itemsize = dtype.itemsize
+    if (n == 0 or dtype.kind not in "fiu" or dtype.byteorder == ">"
+            or h5py.h5i.get_file_id(dsid).get_create_plist().get_userblock()):
         return None
-    dcpl = ds.id.get_create_plist()
+    dcpl = dsid.get_create_plist()
     if dcpl.get_nfilters():
         return None
     layout = dcpl.get_layout()
     if layout == h5py.h5d.CONTIGUOUS:
-        off = ds.id.get_offset()
+        off = dsid.get_offset()
         return None if off is None else [(0, n, int(off))]
     if layout != h5py.h5d.CHUNKED:
         return None
-    chunks = ds.chunks
+    chunks = dcpl.get_chunk()
     ax = next((i for i, c in enumerate(chunks) if c != 1), len(shape) - 1)
     if any(c != 1 for c in chunks[:ax]) or tuple(chunks[ax + 1:]) != shape[ax + 1:]:
         return None                       # not a run of whole trailing axes
@@ -308,7 +310,9 @@ class GoldenCase:
         return self._attrs
 
     def _opener(self, sub: str):
-        return lambda name: self.group[sub][name]
+        def open_dataset(name):
+            return h5py.Dataset(h5py.h5d.open(self.group.id, f"{sub}/{name}".encode("utf-8")))
+        return open_dataset
 
     @property
     def input_names(self) -> list[str]:
@@ -345,7 +349,7 @@ class GoldenFile:
     def __init__(self, path):
         self.path = os.fspath(path)
         self._file = _open_h5(self.path)
-        self._parts: dict[str, h5py.File] = {}
+        self._parts: dict[str, h5py.File] | None = None
         self._row_of = None
         try:
             self.attrs = read_attrs(self._file)
@@ -354,6 +358,8 @@ class GoldenFile:
                 raise GoldenFileError("not a refspec golden file (no /index or /cases)", self.path)
             self._ids = index.read_ids(self._file)
             self._id_set = set(self._ids)
+            base = os.path.dirname(os.path.abspath(self.path))
+            self._part_files = [os.path.join(base, n) for n in json.loads(self.attrs.get("parts", "[]"))]
         except BaseException:
             self._file.close()
             raise
@@ -365,8 +371,7 @@ class GoldenFile:
     @property
     def part_files(self) -> list[str]:
         """The part files a ``--jobs`` run's index links to (empty for a self-contained file)."""
-        names = json.loads(self.attrs.get("parts", "[]"))
-        return [os.path.join(os.path.dirname(os.path.abspath(self.path)), n) for n in names]
+        return list(self._part_files)
 
     def summary(self) -> list[index.Row]:
         """One :class:`~refspec.goldens.index.Row` per case in file order, from the index at
@@ -375,15 +380,21 @@ class GoldenFile:
         return [rows.get(c) or index.row_of_case(c, self.case_group(c)) for c in self._ids]
 
     def case_group(self, case_id: str) -> h5py.Group:
-        """The HDF5 group of a case (in its part file, for the index of a ``--jobs`` run)."""
-        path = case_path(case_id)
-        link = self._file.get(path, getlink=True)
-        if not isinstance(link, h5py.ExternalLink):
-            return self._file[path]
-        if link.filename not in self._parts:
-            name = os.path.join(os.path.dirname(os.path.abspath(self.path)), link.filename)
-            self._parts[link.filename] = _open_h5(name)
-        return self._parts[link.filename][link.path]
+        """The HDF5 group of a case (in its part file, for the index of a ``--jobs`` run: the
+        part files' own indexes say which holds it, so no link is resolved per case)."""
+        path = case_path(case_id).encode("utf-8")
+        f = self._file if not self._part_files else self._part_of()[case_id]
+        return h5py.Group(h5py.h5g.open(f.id, path))
+
+    def _part_of(self) -> dict:
+        """case id -> the open part file that holds it (the part files opened once)."""
+        if self._parts is None:
+            self._parts = {}
+            for path in self.part_files:
+                part = _open_h5(path)
+                for case_id in index.read_ids(part):
+                    self._parts[case_id] = part
+        return self._parts
 
     @property
     def h5(self) -> h5py.File:
@@ -417,9 +428,9 @@ class GoldenFile:
             yield self[case_id]
 
     def close(self) -> None:
-        for part in self._parts.values():
+        for part in set((self._parts or {}).values()):
             part.close()
-        self._parts.clear()
+        self._parts = None
         self._file.close()
 
     def __enter__(self):

@@ -134,3 +134,26 @@ def test_real_process_one_line_exit_2(golden, tmp_path):
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("refspec: error:") and fragment in lines[0]
         assert "Traceback" not in proc.stderr
+
+
+def test_show_and_pack_of_a_jobs_run_and_merge_allow_partial(tmp_path):
+    from refspec.goldens.engine import generate
+    from refspec.goldens.sweep import load_sweep
+    smoke = load_sweep("smoke")
+    cases = smoke.cases()[:40]
+    out = tmp_path / "j.h5"
+    generate(smoke, cases, out, jobs=2)
+    res = run("show", out)
+    assert res.exit_code == 0, res.stderr
+    assert "complete:          yes" in res.output and f"cases:             {len(cases)}" in res.output
+    assert "part files in" in res.output and "refspec pack" in res.output
+    res = run("pack", out, "-o", tmp_path / "self.h5")
+    assert res.exit_code == 0, res.stderr
+    assert "part files" not in run("show", tmp_path / "self.h5").output
+    one_line_error(run("pack", out, "-o", tmp_path / "self.h5"), "exists", "--force")
+    shard1 = tmp_path / "s1.h5"
+    generate(smoke, cases[0::2], shard1, extra_attrs={"shard": "1/2", "tier": "smoke"})
+    one_line_error(run("merge", tmp_path / "m.h5", shard1), "missing shard 2/2", "--allow-partial")
+    res = run("merge", tmp_path / "m.h5", shard1, "--allow-partial")
+    assert res.exit_code == 0 and "PARTIAL: missing shard 2/2" in res.stderr
+    assert "complete:          NO (partial: missing shard 2/2)" in run("show", tmp_path / "m.h5").output

@@ -80,3 +80,58 @@ def test_merge_refuses_duplicates_other_sweeps_incomplete_and_existing(tmp_path)
     goldens.merge(tmp_path / "out.h5", [ok, a], force=True)
     with goldens.open(tmp_path / "out.h5") as gf:
         assert gf.case_ids() == IDS[2:] + IDS[:2]
+
+
+def shards_of(tmp_path, n, ids=IDS, **attrs):
+    """The shard files of ``ids`` as `generate --shard K/N` writes them (index mod N)."""
+    return [write(tmp_path / f"s{k}.h5", ids[k - 1::n], extra_attrs={"shard": f"{k}/{n}", "tier": "t"},
+                  **attrs) for k in range(1, n + 1)]
+
+
+def test_merge_of_shards_restores_the_unsharded_order(tmp_path):
+    parts = shards_of(tmp_path, 3)
+    out = goldens.merge(tmp_path / "all.h5", parts[::-1])
+    with goldens.open(out) as gf:
+        assert gf.complete and gf.case_ids() == IDS and "partial" not in gf.attrs
+        assert "shard" not in gf.attrs and gf.attrs["tier"] == "t"
+        assert [r.case_id for r in gf.summary()] == IDS
+
+
+def test_merge_names_missing_shards_and_allow_partial_marks_the_file(tmp_path):
+    parts = shards_of(tmp_path, 4)
+    with pytest.raises(goldens.GoldenFileError, match=r"missing shards 2/4, 4/4.*--allow-partial"):
+        goldens.merge(tmp_path / "out.h5", [parts[0], parts[2]])
+    assert not (tmp_path / "out.h5").exists()
+    out = goldens.merge(tmp_path / "out.h5", [parts[0], parts[2]], allow_partial=True)
+    with goldens.open(out) as gf:
+        assert not gf.complete and gf.attrs["partial"] == "missing shards 2/4, 4/4"
+        assert gf.case_ids() == [IDS[0], IDS[2]]
+
+
+def test_merge_refuses_shards_of_other_runs(tmp_path):
+    parts = shards_of(tmp_path, 2)
+    other = write(tmp_path / "o.h5", IDS[1::2], extra_attrs={"shard": "2/2", "tier": "t"}, sweep_seed=9)
+    with pytest.raises(goldens.GoldenFileError, match="sweep_seed differs"):
+        goldens.merge(tmp_path / "out.h5", [parts[0], other], allow_partial=True)
+    tier = write(tmp_path / "t.h5", IDS[1::2], extra_attrs={"shard": "2/2", "tier": "quick"})
+    with pytest.raises(goldens.GoldenFileError, match="tier differs"):
+        goldens.merge(tmp_path / "out.h5", [parts[0], tier])
+    split3 = write(tmp_path / "x.h5", IDS[1::3], extra_attrs={"shard": "2/3", "tier": "t"})
+    with pytest.raises(goldens.GoldenFileError, match="different splits"):
+        goldens.merge(tmp_path / "out.h5", [parts[0], split3])
+    with pytest.raises(goldens.GoldenFileError, match="given twice"):
+        goldens.merge(tmp_path / "out.h5", [parts[0], parts[0]])
+
+
+def test_merge_of_an_interrupted_shard_needs_allow_partial(tmp_path):
+    first = shards_of(tmp_path, 2)[0]
+    with pytest.raises(RuntimeError):
+        with goldens.GoldenWriter(tmp_path / "i2.h5", **SWEEP, extra_attrs={"shard": "2/2", "tier": "t"}) as w:
+            w.write_case(IDS[1], **kwargs(IDS[1]))
+            raise RuntimeError
+    with pytest.raises(goldens.GoldenFileError, match="incomplete"):
+        goldens.merge(tmp_path / "out.h5", [first, tmp_path / "i2.h5.part"])
+    out = goldens.merge(tmp_path / "out.h5", [first, tmp_path / "i2.h5.part"], allow_partial=True)
+    with goldens.open(out) as gf:
+        assert not gf.complete and "incomplete" in gf.attrs["partial"]
+        assert gf.case_ids() == [IDS[0], IDS[1], IDS[2]]
