@@ -1,4 +1,4 @@
-"""Export golden cases to the vendor test scripts' file layout (spec/dumps.md, docs/goldens.md).
+"""Export golden cases to the vendor test scripts' file layout (docs/goldens.md §7).
 
 ``DIR/<case_id>/`` (the case id's '/' parts as nested directories) gets one file per input named
 after its aclnn parameter (``dy.bin``, ``gradQueryOutput.bin``), ``golden_<output>.bin`` per

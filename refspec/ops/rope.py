@@ -27,7 +27,7 @@ DEFAULT_COS = ("11SD", "1S1D", "S11D", "T1D")
 #: frequency pairing of the rotary tables that suits each mode
 _PAIRING = {"half": "half", "interleave": "interleave", "quarter": "quarter",
             "interleave-half": "half"}
-#: aclnn spellings of the vendor files (rope.md §1: xOptional, dxOut, ...)
+#: aclnn spellings of the vendor files (docs/rope.md, Parameters: xOptional, dxOut, ...)
 _ALIASES = {"xOptional": "x", "dxOut": "dx", "dcosOut": "dcos", "dsinOut": "dsin", "yOut": "y"}
 
 

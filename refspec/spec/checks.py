@@ -1,4 +1,5 @@
-"""Argument checks shared by both operators' validation (spec/rope.md §4, norm_rope_concat.md §4).
+"""Argument checks shared by both operators' validation (docs/rope.md §5,
+docs/norm_rope_concat.md §3).
 
 Each helper raises the aclnn error the spec names, with a message of the form
 ``<argument>: <what it got> <what is allowed> [<operator and attributes>]``.

@@ -1,4 +1,4 @@
-"""Dtypes: what the operators accept, exact widening, and correct rounding (spec/rope.md §5).
+"""Dtypes: what the operators accept, exact widening, and correct rounding (docs/rope.md §6).
 
 The spec computes in float64 on the exact input values and rounds each output once,
 round-half-to-even (errata E12), to the dtype the operator documents.

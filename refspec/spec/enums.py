@@ -1,4 +1,5 @@
-"""Attribute enums with the documented numbers (spec/rope.md §1, spec/norm_rope_concat.md §1)."""
+"""Attribute enums with the documented numbers (Parameters in docs/rope.md and
+docs/norm_rope_concat.md)."""
 
 from __future__ import annotations
 

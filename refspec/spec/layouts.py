@@ -1,4 +1,4 @@
-"""Layouts and cos/sin broadcast patterns (spec/rope.md §3).
+"""Layouts and cos/sin broadcast patterns (docs/rope.md §4).
 
 Layout never enters the math: the formulas act on the last axis and reduce over the broadcast
 axes. This module only names things: it lays one logical (B, N, S, D) problem out as BNSD, BSND,
@@ -98,7 +98,7 @@ def cos_pattern(cos_shape: tuple[int, ...], layout: str) -> str:
 
 
 def _a2_half_rule(x: tuple[int, ...], c: tuple[int, ...]) -> tuple[str, str] | None:
-    """First matching rule of the A2/A3 half-mode layout inference (rope.md §3, rules 1-7)."""
+    """First matching rule of the A2/A3 half-mode layout inference (docs/rope.md §4 rules 1-7)."""
     x0, x1, x2 = x[:3]
     c0, c1, c2 = c[:3]
     if tuple(c) == tuple(x):
@@ -119,7 +119,7 @@ def _a2_half_rule(x: tuple[int, ...], c: tuple[int, ...]) -> tuple[str, str] | N
 
 
 def _a2_interleave_rule(x: tuple[int, ...], c: tuple[int, ...]) -> tuple[str, str] | None:
-    """The three shape pairs the A2/A3 interleave kernel accepts (rope.md §3)."""
+    """The three shape pairs the A2/A3 interleave kernel accepts (docs/rope.md §4)."""
     x0, x1, x2 = x[:3]
     c0, c1, c2 = c[:3]
     if c0 == 1 and c2 == 1 and x1 == c1:
@@ -134,7 +134,7 @@ def _a2_interleave_rule(x: tuple[int, ...], c: tuple[int, ...]) -> tuple[str, st
 def infer_layout(dy_shape, cos_shape, mode: int = 0, soc: str | None = "A2") -> LayoutInference:
     """Layout and cos pattern the vendor rules infer for (dy, cos), or TilingError (561002).
 
-    ``soc`` "A2"/"A3": the first-match rules of rope.md §3 (TND is looked at as (1, T, N, D));
+    ``soc`` "A2"/"A3": the first-match rules of docs/rope.md §4 (TND is looked at as (1, T, N, D));
     modes other than 0 and 1 have no A2/A3 backward kernel. "950": any 4-D pair whose leading
     cos axes are 1 or equal to dy's. None: any same-rank pair broadcastable that way.
     """

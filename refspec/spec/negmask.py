@@ -1,4 +1,4 @@
-"""The seed's second notation for the RoPE part of NormRopeConcatBackward (errata E1, E2).
+"""The vendor document's second notation for the RoPE part of NormRopeConcatBackward (errata E1, E2).
 
 The seed (``004_f1747f9b2b25210f.txt``) writes
 

@@ -1,4 +1,4 @@
-"""NormRopeConcat and NormRopeConcatBackward (spec/norm_rope_concat.md §2, §3).
+"""NormRopeConcat and NormRopeConcatBackward (docs/norm_rope_concat.md §1-§2).
 
 One function per step of the documented dataflow; the RoPE steps call the RotaryPositionEmbedding
 formula blocks of :mod:`refspec.spec.rope` (ropeType 1 is mode 1, ropeType 2 is mode 0), so there
@@ -33,7 +33,8 @@ __all__ = [
     "norm_rope_concat", "norm_rope_concat_backward",
 ]
 
-#: ropeType -> RotaryPositionEmbedding mode of the same rotation (§1: the numberings differ)
+#: ropeType -> RotaryPositionEmbedding mode of the same rotation (the numberings differ:
+#: docs/norm_rope_concat.md, Parameters)
 ROPE_TYPE_TO_MODE = {RopeType.INTERLEAVE: RopeMode.INTERLEAVE, RopeType.HALF: RopeMode.HALF}
 
 
@@ -54,7 +55,8 @@ class NormRopeConcatOutputs(NamedTuple):
 
 
 class NormRopeConcatGrads(NamedTuple):
-    """NormRopeConcatBackward outputs (§3); None where the arguments produce no such output."""
+    """NormRopeConcatBackward outputs (docs/norm_rope_concat.md, Parameters); None where the
+    arguments produce no such output."""
 
     grad_query: np.ndarray
     grad_key: np.ndarray
@@ -72,7 +74,7 @@ class NormRopeConcatGrads(NamedTuple):
     grad_norm_added_key_bias: np.ndarray | None = None
 
 
-# --- forward steps (§2 "Dataflow") ----------------------------------------------------------
+# --- forward steps (docs/norm_rope_concat.md §1) ---------------------------------------------
 
 def layer_norm(x, norm_type, weight=None, bias=None, eps=1e-5):
     """Step 1: LayerNorm over D per (b, s, n) row; returns (out, mean, rstd).
@@ -125,7 +127,7 @@ def rope_positions(h, rope_type, rope_cos, rope_sin):
     return out
 
 
-# --- backward steps (§3 "Math") -------------------------------------------------------------
+# --- backward steps (docs/norm_rope_concat.md §2) --------------------------------------------
 
 def rope_positions_grad(g, rope_type, rope_cos, rope_sin):
     """Step 2: RoPE backward at p < Sr, exactly RotaryPositionEmbeddingGrad's dx of mode 1
@@ -261,7 +263,7 @@ def norm_rope_concat(query, key, value, encoder_query=None, encoder_key=None, en
                      norm_added_key_weight=None, norm_added_key_bias=None, rope_sin=None,
                      rope_cos=None, norm_type=0, norm_added_type=0, rope_type=0, concat_order=0,
                      eps=1e-5, is_training=False, *, soc=None, out_dtype=None):
-    """NormRopeConcat forward (spec/norm_rope_concat.md §2): norm, concat, transpose, RoPE.
+    """NormRopeConcat forward (docs/norm_rope_concat.md §1): norm, concat, transpose, RoPE.
 
     Returns :class:`NormRopeConcatOutputs`: outputs in query's dtype, statistics float32
     (both rounded once, half to even), or everything exact with ``out_dtype=np.float64``.
@@ -320,8 +322,9 @@ def backward_args(tensors: dict, attrs: dict, soc=None):
 
 
 def backward_exact(t: dict, a: dict, work=np.float64) -> dict:
-    """The §3 dataflow on validated arrays ``t`` and attributes ``a``, computed in ``work``
-    (float64: the exact values): the gradients by output name, None where not produced."""
+    """The backward dataflow (docs/norm_rope_concat.md §2) on validated arrays ``t`` and
+    attributes ``a``, computed in ``work`` (float64: the exact values): the gradients by output
+    name, None where not produced."""
     grads = value_gradients(t, a, work)                                          # step 4
     for stream in STREAMS:                                                        # steps 1-3
         grads.update(stream_gradients(t, a, stream, work))
@@ -337,7 +340,7 @@ def norm_rope_concat_backward(grad_query_output, grad_key_output, grad_value_out
                               norm_added_key_mean=None, norm_added_key_rstd=None,
                               rope_sin=None, rope_cos=None, norm_type=0, norm_added_type=0,
                               rope_type=0, concat_order=0, *, soc=None, out_dtype=None):
-    """NormRopeConcatBackward (spec/norm_rope_concat.md §3): split, RoPE backward, LayerNorm
+    """NormRopeConcatBackward (docs/norm_rope_concat.md §2): split, RoPE backward, LayerNorm
     backward with the given mean and rstd, value gradients as exact copies.
 
     Returns :class:`NormRopeConcatGrads` in gradQueryOutput's dtype (or ``out_dtype``).

@@ -1,4 +1,4 @@
-"""Validation of NormRopeConcat and NormRopeConcatBackward (spec/norm_rope_concat.md §4).
+"""Validation of NormRopeConcat and NormRopeConcatBackward (docs/norm_rope_concat.md §3).
 
 Both operators share the rules; the backward adds its gradient inputs and the saved statistics.
 NormRopeConcat exists only on A2/A3, so ``soc="950"`` is itself rejected (161002).
@@ -35,7 +35,7 @@ def _expect_shape(arr, name, shape, ctx, what=""):
 
 
 def check_nrc_args(op: str, primary_name: str, tensors: dict, attrs: dict, soc, backward: bool):
-    """Apply norm_rope_concat.md §4 and return ``(arrays, attrs, soc)``.
+    """Apply docs/norm_rope_concat.md §3 and return ``(arrays, attrs, soc)``.
 
     ``tensors`` maps the Python parameter names to what the caller passed (None = absent);
     ``attrs`` holds norm_type, norm_added_type, rope_type, concat_order (and eps, is_training for

@@ -1,6 +1,6 @@
-"""RotaryPositionEmbedding and RotaryPositionEmbeddingGrad (spec/rope.md §2).
+"""RotaryPositionEmbedding and RotaryPositionEmbeddingGrad (docs/rope.md §1-§3).
 
-One function per documented formula block, one NumPy line per formula line, in the seed's order.
+One function per documented formula block, one NumPy line per formula line, in the document's order.
 Every function here takes float64 arrays already broadcast-compatible (cos/sin of shape
 ``dims``-reduced from the full tensor) and returns float64; the public functions at the bottom
 validate, dispatch through the mode tables, apply the formula block to cache-sized blocks of
@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 
-# --- the notation of rope.md §2 -------------------------------------------------------------
+# --- the notation (docs/rope.md §1) ---------------------------------------------------------
 
 def chunk(t: np.ndarray, k: int) -> list[np.ndarray]:
     """chunk(t, k): k equal contiguous parts of the last axis (views, as ``np.split`` returns,
@@ -60,7 +60,7 @@ def stack_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.stack((a, b), axis=-1).reshape(a.shape[:-1] + (2 * a.shape[-1],))
 
 
-# --- forward, per mode (rope.md §2 "Forward, per mode") -------------------------------------
+# --- forward, per mode (docs/rope.md §2) ----------------------------------------------------
 
 def rope_half(x, cos, sin):
     """mode 0, half: y = x*cos + cat(-x2, x1)*sin."""
@@ -91,7 +91,7 @@ def rope_interleave_half(x, cos, sin):
     return part1 * cos + part2 * sin         # y = part1*cos + part2*sin
 
 
-# --- backward, per mode (rope.md §2 "Backward, per mode"; the seed's formulas) --------------
+# --- backward, per mode (docs/rope.md §3: the vendor document's formulas) -------------------
 
 def rope_grad_half(dy, cos, sin, x=None):
     """mode 0: dx = cat(cos1*dy1 + sin2*dy2, cos2*dy2 - sin1*dy1); dcos = sum(dy*x, dims);
@@ -175,10 +175,10 @@ ROPE_BACKWARD = {
 # --- public operators -----------------------------------------------------------------------
 
 def rotary_position_embedding(x, cos, sin, mode=0, *, soc=None, out_dtype=None):
-    """RotaryPositionEmbedding forward: ``y`` of x's shape (spec/rope.md §1, §2).
+    """RotaryPositionEmbedding forward: ``y`` of x's shape (docs/rope.md, Parameters, §2-§3).
 
     ``soc`` None checks only what the math needs; "A2", "A3" or "950" adds the profile's
-    constraints (rope.md §4). ``out_dtype`` None returns x's dtype rounded once
+    constraints (docs/rope.md §5). ``out_dtype`` None returns x's dtype rounded once
     (round half to even); ``np.float64`` returns the exact values.
     """
     out_dtype = check_out_dtype(out_dtype, "rotary_position_embedding")
@@ -188,7 +188,7 @@ def rotary_position_embedding(x, cos, sin, mode=0, *, soc=None, out_dtype=None):
 
 
 def rotary_position_embedding_grad(dy, cos, sin, x=None, mode=0, *, soc=None, out_dtype=None):
-    """RotaryPositionEmbeddingGrad: ``(dx, dcos, dsin)`` (spec/rope.md §1, §2).
+    """RotaryPositionEmbeddingGrad: ``(dx, dcos, dsin)`` (docs/rope.md, Parameters, §2-§3).
 
     ``dx`` has dy's shape; ``dcos``/``dsin`` have cos's shape and are None when ``x`` (the
     optional xOptional) is absent. Outputs are in dy's dtype unless ``out_dtype`` says otherwise.

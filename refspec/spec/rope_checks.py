@@ -1,4 +1,4 @@
-"""Validation of RotaryPositionEmbedding and RotaryPositionEmbeddingGrad (spec/rope.md §4)."""
+"""Validation of RotaryPositionEmbedding and RotaryPositionEmbeddingGrad (docs/rope.md §5)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def _batch_heads(layout: str | None, shape: tuple[int, ...]) -> tuple[int, int]:
 
 
 def check_rope_args(op: str, primary_name: str, primary, cos, sin, x, mode, soc) -> RopeArgs:
-    """Apply every rule of rope.md §4 for the profile ``soc`` (None: only what the math needs).
+    """Apply every rule of docs/rope.md §5 for the profile ``soc`` (None: what the math needs).
 
     ``op`` is the Python function name, ``primary_name`` "x" (forward) or "dy" (backward); for
     the backward ``x`` is xOptional.

@@ -1,4 +1,4 @@
-"""Tolerance metadata of every output (spec/tolerances.md, "Policy").
+"""Tolerance metadata of every output (docs/compare.md, "Judging"; docs/norm_rope_concat.md §4).
 
 Each output gets a comparison class; reductions also get the number of reduced terms K and the
 per-element sum of absolute terms S, from which a comparator derives a data-dependent atol
@@ -113,7 +113,7 @@ def upstream_abs(g, rope_type, rope_cos, rope_sin):
 
 
 def norm_rope_concat_backward_terms(tensors: dict, attrs: dict, soc=None) -> dict[str, OutputTerms]:
-    """NormRopeConcatBackward, per output name (§3 and tolerances.md):
+    """NormRopeConcatBackward, per output name (docs/norm_rope_concat.md §2-§4):
 
     - grad_value, grad_encoder_value: copy;
     - a stream's dx with norm type 0: copy without RoPE, elementwise with it;
