@@ -18,7 +18,7 @@
     process, the growth of the resident set (peak RSS, VmHWM, minus RSS before the case).
 (d) `refspec generate --sweep standard` with --jobs 1 and --jobs 2 (wall time, fresh processes).
 
-Targets (docs/architecture.md issue notes in benchmarks/README.md): (a), (b) exact >= 3x faster
+Targets (recorded in benchmarks/README.md): (a), (b) exact >= 3x faster
 than torch; whole case faster than torch's exact outputs alone; (c) <= 4x; (d) >= 1.6x. The
 script prints the measured ratios; it asserts nothing.
 """

@@ -29,3 +29,18 @@ def test_readme_setup_commands_come_first():
     assert commands[0].endswith("refspec generate -o smoke.h5")
     assert "python -m pytest -q" in commands[1] and ".[test]" in commands[1]
     assert "python -m pytest -q" in CI.read_text()
+
+
+def test_readme_walkthrough_runs_in_seconds(tmp_path):
+    """The command-line walkthrough (up to the kernel's part) runs as written, on a tier that
+    finishes in seconds."""
+    text = README.read_text()
+    block = re.search(r"## The command line in five steps.*?```bash\n(.*?)```", text, flags=re.S).group(1)
+    commands = [line.split("  #")[0].replace(" [CASE_ID]", "").strip()
+                for line in block.splitlines() if line.startswith("refspec ")]
+    assert [c.split()[1] for c in commands] == ["list", "generate", "show", "export", "compare"]
+    for command in commands[:4]:
+        out = subprocess.run([sys.executable, "-m", "refspec", *command.split()[1:]], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, (command, out.stderr)
+    assert len(list((tmp_path / "cases").rglob("case.json"))) == 194
