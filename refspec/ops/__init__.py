@@ -1,12 +1,12 @@
-"""Operator records: one :class:`~refspec.ops.record.Operator` per operator, the layer between
+"""Operator records: one ``refspec.ops.record.Operator`` per operator, the layer between
 the spec and everything that makes or judges golden data (docs/architecture.md).
 
     op = refspec.ops.get("rope_grad")          # or "rotary_position_embedding_grad",
                                                # or "aclnnRotaryPositionEmbeddingGrad"
     op.input_file("grad_query_output")         # vendor file names, sampling, the spec call ...
 
-:func:`register` adds an operator (its record and a sweep are all it takes); the built-in
-records are those of :mod:`refspec.ops.rope` and :mod:`refspec.ops.nrc`.
+``register`` adds an operator (its record and a sweep are all it takes); the built-in
+records are those of ``refspec.ops.rope`` and ``refspec.ops.nrc``.
 """
 
 from __future__ import annotations

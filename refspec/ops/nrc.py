@@ -160,7 +160,7 @@ def _special_large(forward: bool):
 
 def forward_statistics(p: dict, drawn: dict, wanted: dict, pool=None) -> dict:
     """mean/rstd of the normed streams as NormRopeConcat(..., is_training=True) writes them:
-    its step 1 (:func:`refspec.spec.nrc.layer_norm`, the default eps) on each stream, rounded
+    its step 1 (``refspec.spec.nrc.layer_norm``, the default eps) on each stream, rounded
     to float32 (and then to the planned dtype, which differs only for a deliberate fault)."""
     streams = [(s, spec[3], spec[4]) for s, spec in STREAMS.items()
                if spec[3] in wanted or spec[4] in wanted]

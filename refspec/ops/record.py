@@ -62,7 +62,7 @@ class SweepAxes:
     sizes of a shape value, ``shape_defaults`` those that may be left out; ``faults`` the
     deliberate argument defects a ``fault`` axis may name; ``params(values, shape)`` the
     canonical parameters of a case; ``label(shape)`` the shape part of its id;
-    ``derived(values, shape)`` further names constraints may use (e.g. T = B*S);
+    ``derived(values, shape)`` further names constraints may use (e.g. T = ``B*S``);
     ``complete(values, shape)`` fills in sizes that depend on other axes; ``admits(values)``
     drops value combinations that name no case; ``check_axes(axes, given)`` rejects (ValueError)
     axis values given in the file that could never name a case; ``defaults`` are axis values

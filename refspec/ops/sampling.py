@@ -4,7 +4,7 @@ Each operator record samples its inputs from these (refspec.ops.rope, refspec.op
 
 Every tensor is drawn in float64 from its own random stream (the case seed plus a hash of the
 tensor's name, so adding or removing one tensor never changes another) and rounded once to the
-case dtype with :func:`refspec.dtypes.round_to`: the stored inputs are exactly what a kernel
+case dtype with ``refspec.dtypes.round_to``: the stored inputs are exactly what a kernel
 consumes, and the expected outputs are computed from them.
 
 Distributions (the ``dist`` axis of a sweep):
@@ -19,13 +19,13 @@ Distributions (the ``dist`` axis of a sweep):
     data and gradients N(0, 1); weights near 1, biases near 0.
 ``vendor``
     the ranges of the vendor's scripts (docs/rope.md, docs/norm_rope_concat.md), given by the
-    record as a :class:`Vendor`: RoPE x, dy U(-2, 2), cos U(-3, 4), sin U(-4, 5)
-    (:data:`ROPE_VENDOR`); NormRopeConcat every tensor ``randn*10 - 5`` and the table
-    ``angle[p, d] = p / 10000^(d/D)`` (:data:`NRC_VENDOR`).
+    record as a ``Vendor``: RoPE x, dy U(-2, 2), cos U(-3, 4), sin U(-4, 5)
+    (``ROPE_VENDOR``); NormRopeConcat every tensor ``randn*10 - 5`` and the table
+    ``angle[p, d] = p / 10000^(d/D)`` (``NRC_VENDOR``).
 ``position-coded``
     each element encodes its own flat C-order index (modulo a period of 2^(p+1), p = the
     dtype's significand bits) in a value exactly representable in the dtype; see
-    :func:`position_code` / :func:`position_decode`.
+    ``position_code`` / ``position_decode``.
 ``special``
     a quarter each of signed zeros, subnormals of the dtype, large magnitudes and ordinary
     values; the large magnitude of each tensor is chosen by the caller from worst-case bounds so
@@ -121,7 +121,7 @@ def position_code(shape, dtype, name: str) -> np.ndarray:
 
 
 def position_decode(values, dtype, name: str) -> np.ndarray:
-    """Inverse of :func:`position_code`: the flat index of each value modulo the period."""
+    """Inverse of ``position_code``: the flat index of each value modulo the period."""
     dt = resolve_dtype(dtype)
     p, period, offset = _code_params(dt, name)
     v = np.asarray(values).astype(np.float64)
@@ -182,7 +182,7 @@ def draw(dist: str, role: str, shape, dtype, seed: int, name: str, *,
          vendor: Vendor = ROPE_VENDOR, large: float | None = None) -> np.ndarray:
     """One input tensor of ``shape`` in ``dtype`` (values exactly what is stored).
 
-    ``role`` is one of :data:`ROLES`; ``vendor`` gives the ranges of ``vendor``; ``large`` is
+    ``role`` is one of ``ROLES``; ``vendor`` gives the ranges of ``vendor``; ``large`` is
     the large magnitude of the ``special`` distribution for this tensor.
     """
     dt = resolve_dtype(dtype)

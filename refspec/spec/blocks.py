@@ -1,7 +1,7 @@
 """Evaluating formulas block by block, with exactly the bits of the whole-array call.
 
 The formulas act on the last axis (D) and reduce only with ``sum(t, dims)``, whose order of
-additions :mod:`refspec.spec.reduce` states. The operator functions therefore apply their
+additions ``refspec.spec.reduce`` states. The operator functions therefore apply their
 formula blocks to cache-sized blocks of the leading axes (a whole-array NumPy expression streams
 every temporary through main memory; a block's temporaries stay in the caches) and get the same
 bits as the formula applied to the whole arrays (tested in tests/spec/test_blocks.py):
@@ -11,7 +11,7 @@ bits as the formula applied to the whole arrays (tested in tests/spec/test_block
 - otherwise a block is one index of every outer axis, an aligned run of 2^k indices of one
   reduced axis and the inner axes whole: its sums are subtrees of the whole-array sums, and the
   blocks' partial sums, laid out by block position, are summed with the same
-  :func:`~refspec.spec.reduce.sum_to_shape` (:class:`Reduction`).
+  ``refspec.spec.reduce.sum_to_shape`` (``Reduction``).
 
 A plan depends only on the shapes, never on the values.
 """
@@ -92,7 +92,7 @@ class Plan:
         return tuple(shape)
 
     def reduced_index(self, index: tuple) -> tuple:
-        """Where a block's sums go in the array of :attr:`partial_shape`."""
+        """Where a block's sums go in the array of ``partial_shape``."""
         out = []
         for a, s in enumerate(index):
             if a not in self.dims:
@@ -129,12 +129,12 @@ def _boxes(shape, axes, budget: int):
 
 
 def plan(shape, dims, target: int = BLOCK_ELEMENTS) -> Plan:
-    """The :class:`Plan` for an array of ``shape`` reduced over ``dims``."""
+    """The ``Plan`` for an array of ``shape`` reduced over ``dims``."""
     return Plan(shape, dims, target)
 
 
 class Reduction:
-    """One ``sum(t, dims)`` output assembled from the blocks of a :class:`Plan`."""
+    """One ``sum(t, dims)`` output assembled from the blocks of a ``Plan``."""
 
     def __init__(self, p: Plan, dtype=np.float64):
         self.plan = p

@@ -1,7 +1,7 @@
 """aclnn status codes as Python exceptions (spec/README.md, "Error codes").
 
 Every rule of the spec pack that rejects an input names the aclnn status an implementation
-reports; refspec raises the matching subclass of :class:`AclnnError`.
+reports; refspec raises the matching subclass of ``AclnnError``.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def _check_layout(layout: str) -> str:
 
 
 def layout_shape(layout: str, B: int, N: int, S: int, D: int) -> tuple[int, ...]:
-    """The shape of a logical (B, N, S, D) tensor in ``layout`` (TND packs B*S into T)."""
+    """The shape of a logical (B, N, S, D) tensor in ``layout`` (TND packs ``B*S`` into T)."""
     if _check_layout(layout) == "TND":
         return (B * S, N, D)
     return tuple((B, N, S, D)[i] for i in _PERM[layout])
@@ -77,7 +77,7 @@ def to_layout(a: np.ndarray, layout: str, batch: int | None = None) -> np.ndarra
 
 
 def from_layout(a: np.ndarray, layout: str, batch: int = 1) -> np.ndarray:
-    """Inverse of :func:`to_layout`: back to logical BNSD (TND needs the batch size)."""
+    """Inverse of ``to_layout``: back to logical BNSD (TND needs the batch size)."""
     a = np.asarray(a)
     if _check_layout(layout) == "TND":
         t, n, d = a.shape

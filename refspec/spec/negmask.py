@@ -1,6 +1,6 @@
 """The vendor document's second notation for the RoPE part of NormRopeConcatBackward (errata E1, E2).
 
-The seed (``004_f1747f9b2b25210f.txt``) writes
+The NormRopeConcatBackward document writes::
 
     interleave:  dx = dy*cos + Interleave(dy*sin) ⊙ negMask
     half:        dx = dy*cos + Half(dy*sin) ⊙ negMask
@@ -41,10 +41,10 @@ def negMask(D: int) -> np.ndarray:
 
 
 def seed_rope_grad_interleave(dy, cos, sin):
-    """dx = dy*cos + Interleave(dy*sin) ⊙ negMask (correct: equals mode 1 dx, errata E2)."""
+    """``dx = dy*cos + Interleave(dy*sin) ⊙ negMask`` (correct: equals mode 1 dx, errata E2)."""
     return dy * cos + Interleave(dy * sin) * negMask(dy.shape[-1])
 
 
 def seed_rope_grad_half(dy, cos, sin):
-    """dx = dy*cos + Half(dy*sin) ⊙ negMask, as the seed writes it (wrong: errata E1)."""
+    """``dx = dy*cos + Half(dy*sin) ⊙ negMask``, as the document writes it (wrong: errata E1)."""
     return dy * cos + Half(dy * sin) * negMask(dy.shape[-1])

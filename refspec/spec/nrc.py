@@ -1,13 +1,13 @@
 """NormRopeConcat and NormRopeConcatBackward (docs/norm_rope_concat.md §1-§2).
 
 One function per step of the documented dataflow; the RoPE steps call the RotaryPositionEmbedding
-formula blocks of :mod:`refspec.spec.rope` (ropeType 1 is mode 1, ropeType 2 is mode 0), so there
+formula blocks of ``refspec.spec.rope`` (ropeType 1 is mode 1, ropeType 2 is mode 0), so there
 is one copy of that math. Streams are BSND, concatenated outputs BNSD.
 
 Every step of the backward works row by row (a row is one (b, s, n) of a stream, or one
 (b, n, p) of a concatenated gradient) except the weight and bias sums over B, S, N, whose order
-:mod:`refspec.spec.reduce` states; so :func:`backward_exact` runs the steps on cache-sized row
-blocks of each stream (:mod:`refspec.spec.blocks`), with the bits of the steps applied to whole
+``refspec.spec.reduce`` states; so ``backward_exact`` runs the steps on cache-sized row
+blocks of each stream (``refspec.spec.blocks``), with the bits of the steps applied to whole
 arrays.
 """
 
@@ -79,8 +79,9 @@ class NormRopeConcatGrads(NamedTuple):
 def layer_norm(x, norm_type, weight=None, bias=None, eps=1e-5):
     """Step 1: LayerNorm over D per (b, s, n) row; returns (out, mean, rstd).
 
-    mean = sum(x)/D; var = sum((x - mean)^2)/D; rstd = 1/sqrt(var + eps);
-    xhat = (x - mean)*rstd; type 2: out = xhat*weight + bias. Type 0 returns x and no statistics.
+    ``mean = sum(x)/D``; ``var = sum((x - mean)^2)/D``; ``rstd = 1/sqrt(var + eps)``;
+    ``xhat = (x - mean)*rstd``; type 2: ``out = xhat*weight + bias``. Type 0 returns x and no
+    statistics.
     """
     if norm_type == NormType.NONE:
         return x, None, None
@@ -155,9 +156,10 @@ def bnsd_to_bsnd(t):
 def layer_norm_backward(g, x, mean, rstd, norm_type, weight=None):
     """Step 3: LayerNorm backward with the given mean and rstd; returns (dx, dweight, dbias).
 
-    xhat = (x - mean)*rstd; type 2: dbias = sum_BSN g, dweight = sum_BSN g*xhat, gw = g*weight;
-    type 1: gw = g; dx = rstd*(gw - mean_D(gw) - xhat*mean_D(gw*xhat)); type 0: dx = g.
-    The sums over B, S, N add in the order of :func:`refspec.spec.reduce.sum_rows`.
+    ``xhat = (x - mean)*rstd``; type 2: ``dbias = sum_BSN g``, ``dweight = sum_BSN g*xhat``,
+    ``gw = g*weight``; type 1: ``gw = g``; ``dx = rstd*(gw - mean_D(gw) - xhat*mean_D(gw*xhat))``;
+    type 0: ``dx = g``.
+    The sums over B, S, N add in the order of ``refspec.spec.reduce.sum_rows``.
     """
     if norm_type == NormType.NONE:
         return g, None, None                                      # type 0: dx = g'
@@ -194,8 +196,8 @@ def upstream_rows(t: dict, a: dict, stream: str, rows: tuple, work=np.float64, s
     """Steps 1 and 2 for the rows ``rows`` (b, s, n, d slices) of ``stream``: the stream's
     positions of its concatenated upstream gradient (the split of step 1), widened to ``work``,
     RoPE backward at p < Sr (step 2), transposed back to BSND. ``step2(g, rope_type, cos, sin)``
-    stands in for :func:`rope_positions_grad` where given (the tolerance terms pass the
-    absolute-value variant of :mod:`refspec.spec.terms`)."""
+    stands in for ``rope_positions_grad`` where given (the tolerance terms pass the
+    absolute-value variant of ``refspec.spec.terms``)."""
     out_name, main = UPSTREAM[stream]
     where = stream_positions(_length(t, main), _length(t, "encoder_" + main), a["concat_order"])
     start = where[0 if stream == main else 1].start
@@ -265,7 +267,7 @@ def norm_rope_concat(query, key, value, encoder_query=None, encoder_key=None, en
                      eps=1e-5, is_training=False, *, soc=None, out_dtype=None):
     """NormRopeConcat forward (docs/norm_rope_concat.md §1): norm, concat, transpose, RoPE.
 
-    Returns :class:`NormRopeConcatOutputs`: outputs in query's dtype, statistics float32
+    Returns ``NormRopeConcatOutputs``: outputs in query's dtype, statistics float32
     (both rounded once, half to even), or everything exact with ``out_dtype=np.float64``.
     """
     op = "norm_rope_concat"
@@ -343,7 +345,7 @@ def norm_rope_concat_backward(grad_query_output, grad_key_output, grad_value_out
     """NormRopeConcatBackward (docs/norm_rope_concat.md §2): split, RoPE backward, LayerNorm
     backward with the given mean and rstd, value gradients as exact copies.
 
-    Returns :class:`NormRopeConcatGrads` in gradQueryOutput's dtype (or ``out_dtype``).
+    Returns ``NormRopeConcatGrads`` in gradQueryOutput's dtype (or ``out_dtype``).
     """
     out_dtype = check_out_dtype(out_dtype, "norm_rope_concat_backward")
     tensors = dict(grad_query_output=grad_query_output, grad_key_output=grad_key_output,

@@ -12,7 +12,7 @@ order (docs/rope.md, "The order of a sum"):
 
 The order depends on nothing but the number of terms, so a sum taken over aligned blocks of
 2^k terms and then over the blocks' results adds in exactly the same order as the sum over
-all terms at once (:mod:`refspec.spec.blocks` relies on this).
+all terms at once (``refspec.spec.blocks`` relies on this).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def tree_sum(t: np.ndarray, axis: int) -> np.ndarray:
 
 def sum_to_shape(t: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """``sum(t, dims)`` keeping dims, so the result has exactly ``shape``; the axes of dims are
-    summed innermost first, each by :func:`tree_sum`."""
+    summed innermost first, each by ``tree_sum``."""
     for axis in reversed(broadcast_dims(t.shape, tuple(shape))):
         t = tree_sum(t, axis)
     return t
@@ -55,6 +55,6 @@ def sum_to_shape(t: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 def sum_rows(t: np.ndarray) -> np.ndarray:
     """The sum over every axis but the last (``sum over B, S, N`` of the LayerNorm weight and
-    bias gradients), in the order of :func:`sum_to_shape`; shape ``(D,)``."""
+    bias gradients), in the order of ``sum_to_shape``; shape ``(D,)``."""
     t = np.asarray(t)
     return sum_to_shape(t, (1,) * (t.ndim - 1) + t.shape[-1:]).reshape(t.shape[-1:])

@@ -4,7 +4,7 @@ One function per documented formula block, one NumPy line per formula line, in t
 Every function here takes float64 arrays already broadcast-compatible (cos/sin of shape
 ``dims``-reduced from the full tensor) and returns float64; the public functions at the bottom
 validate, dispatch through the mode tables, apply the formula block to cache-sized blocks of
-the widened inputs (:func:`refspec.spec.blocks.by_blocks`: the same bits as the whole arrays)
+the widened inputs (``refspec.spec.blocks.by_blocks``: the same bits as the whole arrays)
 and round once.
 """
 
@@ -63,28 +63,28 @@ def stack_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 # --- forward, per mode (docs/rope.md §2) ----------------------------------------------------
 
 def rope_half(x, cos, sin):
-    """mode 0, half: y = x*cos + cat(-x2, x1)*sin."""
+    """mode 0, half: ``y = x*cos + cat(-x2, x1)*sin``."""
     x1, x2 = chunk(x, 2)                     # x1, x2 = chunk(x, 2)
     rot = cat(-x2, x1)                       # rot = cat(-x2, x1)
     return x * cos + rot * sin               # y = x*cos + rot*sin
 
 
 def rope_interleave(x, cos, sin):
-    """mode 1, interleave: rot[2i] = -x[2i+1], rot[2i+1] = x[2i]; y = x*cos + rot*sin."""
+    """mode 1, interleave: ``rot[2i] = -x[2i+1]``, ``rot[2i+1] = x[2i]``; ``y = x*cos + rot*sin``."""
     x1, x2 = even(x), odd(x)                 # x1 = even(x), x2 = odd(x)
     rot = stack_pairs(-x2, x1)               # rot = stack(-x2, x1).reshape(x.shape)
     return x * cos + rot * sin               # y = x*cos + rot*sin
 
 
 def rope_quarter(x, cos, sin):
-    """mode 2, quarter: y = x*cos + cat(-x2, x1, -x4, x3)*sin."""
+    """mode 2, quarter: ``y = x*cos + cat(-x2, x1, -x4, x3)*sin``."""
     x1, x2, x3, x4 = chunk(x, 4)             # x1..x4 = chunk(x, 4)
     rot = cat(-x2, x1, -x4, x3)              # rot = cat(-x2, x1, -x4, x3)
     return x * cos + rot * sin               # y = x*cos + rot*sin
 
 
 def rope_interleave_half(x, cos, sin):
-    """mode 3, interleave-half: y = cat(x1, x2)*cos + cat(-x2, x1)*sin, x1/x2 = even/odd(x)."""
+    """mode 3, interleave-half: ``y = cat(x1, x2)*cos + cat(-x2, x1)*sin``, x1/x2 = even/odd(x)."""
     x1, x2 = even(x), odd(x)                 # x1 = even(x), x2 = odd(x)
     part1 = cat(x1, x2)                      # part1 = cat(x1, x2)
     part2 = cat(-x2, x1)                     # part2 = cat(-x2, x1)
@@ -94,8 +94,8 @@ def rope_interleave_half(x, cos, sin):
 # --- backward, per mode (docs/rope.md §3: the vendor document's formulas) -------------------
 
 def rope_grad_half(dy, cos, sin, x=None):
-    """mode 0: dx = cat(cos1*dy1 + sin2*dy2, cos2*dy2 - sin1*dy1); dcos = sum(dy*x, dims);
-    dsin = sum(dy*cat(-x2, x1), dims)."""
+    """mode 0: ``dx = cat(cos1*dy1 + sin2*dy2, cos2*dy2 - sin1*dy1)``; ``dcos = sum(dy*x, dims)``;
+    ``dsin = sum(dy*cat(-x2, x1), dims)``."""
     dy1, dy2 = chunk(dy, 2)                                  # dy1, dy2 = chunk(dy, 2)
     cos1, cos2 = chunk(cos, 2)                               # cos1, cos2 = chunk(cos, 2)
     sin1, sin2 = chunk(sin, 2)                               # sin1, sin2 = chunk(sin, 2)
@@ -109,8 +109,8 @@ def rope_grad_half(dy, cos, sin, x=None):
 
 
 def rope_grad_interleave(dy, cos, sin, x=None):
-    """mode 1: dx = stack(cos1*dy1 + sin2*dy2, cos2*dy2 - sin1*dy1).reshape(dy.shape) with
-    even/odd splits; dcos = sum(dy*x, dims); dsin = sum(dy*stack(-x2, x1).reshape, dims)."""
+    """mode 1: ``dx = stack(cos1*dy1 + sin2*dy2, cos2*dy2 - sin1*dy1).reshape(dy.shape)`` with
+    even/odd splits; ``dcos = sum(dy*x, dims)``; ``dsin = sum(dy*stack(-x2, x1).reshape, dims)``."""
     dy1, dy2 = even(dy), odd(dy)                             # dy1, dy2 = dy[..., ::2], dy[..., 1::2]
     cos1, cos2 = even(cos), odd(cos)                         # cos1, cos2 = cos[..., ::2], cos[..., 1::2]
     sin1, sin2 = even(sin), odd(sin)                         # sin1, sin2 = sin[..., ::2], sin[..., 1::2]
@@ -124,8 +124,8 @@ def rope_grad_interleave(dy, cos, sin, x=None):
 
 
 def rope_grad_quarter(dy, cos, sin, x=None):
-    """mode 2: dx = cat(cos1*dy1 + sin2*dy2, cos2*dy2 - sin1*dy1, cos3*dy3 + sin4*dy4,
-    cos4*dy4 - sin3*dy3); dcos = sum(dy*x, dims); dsin = sum(dy*cat(-x2, x1, -x4, x3), dims)."""
+    """mode 2: ``dx = cat(cos1*dy1 + sin2*dy2, cos2*dy2 - sin1*dy1, cos3*dy3 + sin4*dy4,
+    cos4*dy4 - sin3*dy3)``; ``dcos = sum(dy*x, dims)``; ``dsin = sum(dy*cat(-x2, x1, -x4, x3), dims)``."""
     dy1, dy2, dy3, dy4 = chunk(dy, 4)                        # dy1..dy4 = chunk(dy, 4)
     cos1, cos2, cos3, cos4 = chunk(cos, 4)                   # cos1..cos4 = chunk(cos, 4)
     sin1, sin2, sin3, sin4 = chunk(sin, 4)                   # sin1..sin4 = chunk(sin, 4)
@@ -140,9 +140,9 @@ def rope_grad_quarter(dy, cos, sin, x=None):
 
 
 def rope_grad_interleave_half(dy, cos, sin, x=None):
-    """mode 3: halves of dy/cos/sin, even/odd of x; dx = stack(cos1*dy1 + sin2*dy2,
-    cos2*dy2 - sin1*dy1).reshape(dy.shape); dcos = sum(dy*cat(x1, x2), dims);
-    dsin = sum(dy*cat(-x2, x1), dims)."""
+    """mode 3: halves of dy/cos/sin, even/odd of x; ``dx = stack(cos1*dy1 + sin2*dy2,
+    cos2*dy2 - sin1*dy1).reshape(dy.shape)``; ``dcos = sum(dy*cat(x1, x2), dims)``;
+    ``dsin = sum(dy*cat(-x2, x1), dims)``."""
     dy1, dy2 = chunk(dy, 2)                                  # dy1, dy2 = chunk(dy, 2)
     cos1, cos2 = chunk(cos, 2)                               # cos1, cos2 = chunk(cos, 2)
     sin1, sin2 = chunk(sin, 2)                               # sin1, sin2 = chunk(sin, 2)

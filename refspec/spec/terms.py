@@ -4,8 +4,8 @@ Each output gets a comparison class; reductions also get the number of reduced t
 per-element sum of absolute terms S, from which a comparator derives a data-dependent atol
 (K * u_acc * S bounds the float32 accumulation error of any summation order). The sums reuse the
 spec's own formula blocks on absolute values, block by block as the outputs are computed, never
-a second copy of the math. :func:`rope_elementwise_sum_abs` and
-:func:`norm_rope_concat_backward_elementwise_sum_abs` give S for elementwise outputs too (the
+a second copy of the math. ``rope_elementwise_sum_abs`` and
+``norm_rope_concat_backward_elementwise_sum_abs`` give S for elementwise outputs too (the
 comparator's float32 evaluation bound).
 """
 
@@ -50,10 +50,10 @@ def rope_terms(x, cos, sin, mode=0, soc=None) -> dict[str, OutputTerms]:
 
 
 def rope_grad_terms(dy, cos, sin, x=None, mode=0, soc=None) -> dict[str, OutputTerms]:
-    """RotaryPositionEmbeddingGrad: dx elementwise; dcos = sum(dy*P1(x), dims) and
-    dsin = sum(dy*P2(x), dims) are reductions with K = product of the reduced axes' sizes and
-    S = sum(|dy*P(x)|, dims), where y = P1(x)*cos + P2(x)*sin is the mode's forward (so
-    P1(x) = forward(x, 1, 0) and P2(x) = forward(x, 0, 1))."""
+    """RotaryPositionEmbeddingGrad: dx elementwise; ``dcos = sum(dy*P1(x), dims)`` and
+    ``dsin = sum(dy*P2(x), dims)`` are reductions with K = product of the reduced axes' sizes and
+    ``S = sum(|dy*P(x)|, dims)``, where ``y = P1(x)*cos + P2(x)*sin`` is the mode's forward (so
+    ``P1(x) = forward(x, 1, 0)`` and ``P2(x) = forward(x, 0, 1)``)."""
     args = check_rope_args("rotary_position_embedding_grad", "dy", dy, cos, sin, x, mode, soc)
     out = {"dx": OutputTerms(ELEMENTWISE)}
     if args.x is None:
@@ -91,7 +91,7 @@ def norm_rope_concat_terms(norm_type=0, norm_added_type=0, rope_type=0, D=None) 
 
 def upstream_abs(g, rope_type, rope_cos, rope_sin):
     """A = per element the sum of |products| that step 2 (RoPE backward) adds up into g'
-    (|g| where no RoPE applies), for :func:`refspec.spec.nrc.upstream_rows` in place of
+    (|g| where no RoPE applies), for ``refspec.spec.nrc.upstream_rows`` in place of
     ``rope_positions_grad``: step 2's formula block at positions p < Sr with the cos part and
     the sin part of the tables alone (each element is then a single product), minus what it
     gives with both parts zero (+-0 for finite g); positions p >= Sr, which step 2 passes
@@ -117,11 +117,11 @@ def norm_rope_concat_backward_terms(tensors: dict, attrs: dict, soc=None) -> dic
 
     - grad_value, grad_encoder_value: copy;
     - a stream's dx with norm type 0: copy without RoPE, elementwise with it;
-    - with norm type 1/2, dx = rstd*(gw - mean_D(gw) - xhat*mean_D(gw*xhat)) is a row reduction,
-      K = D, S = |rstd|*(|gw| + mean_D|gw| + |xhat|*mean_D|gw*xhat|);
-    - dbias = sum_BSN g' and dweight = sum_BSN g'*xhat: reductions with K = B*S*N rows,
-      S = sum_BSN |g'| and sum_BSN |g'*xhat|,
-    where |g'| stands for A of :func:`upstream_abs`, since the RoPE products may cancel before
+    - with norm type 1/2, ``dx = rstd*(gw - mean_D(gw) - xhat*mean_D(gw*xhat))`` is a row
+      reduction, K = D, ``S = |rstd|*(|gw| + mean_D|gw| + |xhat|*mean_D|gw*xhat|)``;
+    - ``dbias = sum_BSN g'`` and ``dweight = sum_BSN g'*xhat``: reductions with ``K = B*S*N``
+      rows, ``S = sum_BSN |g'|`` and ``sum_BSN |g'*xhat|``,
+    where |g'| stands for A of ``upstream_abs``, since the RoPE products may cancel before
     the LayerNorm sums. Computed row block by row block like the gradients themselves.
     """
     t, a, _ = backward_args(tensors, attrs, soc)
