@@ -239,6 +239,7 @@ def _call_case(m: ApiMap, dump: Dump, api: str, call: int, records: dict, source
                                 else f"{t.path} does not exist"))
         tensors[name] = t
     op = m.op
+    tensors = {k: tensors[k] for k in op.input_names if k in tensors}     # the record's order
     attrs = {a: (_attribute(dump, records, v, where) if isinstance(v, tuple) else v)
              for a, v in m.attributes.items()}
     attrs = op.complete_attrs(attrs)

@@ -244,3 +244,23 @@ def test_a_bare_api_name_matching_two_prefixes_is_ambiguous(tmp_path, rng):
                                              '"NPU.npu_rotary_position_embedding"')
     (tmp_path / "map.toml").write_text(full)
     assert len(describe_dump(tmp_path / "dump", tmp_path / "map.toml")) == 2
+
+
+def test_the_mapping_files_of_docs_real_runs_read_a_dump_of_those_calls(tmp_path, rng):
+    """The two examples of docs/real_runs.md section 3, on a dump of the calls they describe."""
+    import re
+    from repo_paths import DOCS
+    blocks = re.findall(r"```toml\n(.*?)```", (DOCS / "real_runs.md").read_text(), re.S)
+    assert len(blocks) == 2
+    w = DumpWriter(tmp_path / "dump", "mindspore")
+    rope_calls(w, rng, calls=2)
+    t = nrc_call(w, rng)
+    w.close()
+    (tmp_path / "map.toml").write_text("\n".join(blocks))
+    cases = describe_dump(tmp_path / "dump", tmp_path / "map.toml")
+    assert sorted(c.case_id.split("/")[0] for c in cases) == ["nrc_grad", "rope", "rope",
+                                                              "rope_grad", "rope_grad"]
+    nrc = next(c for c in cases if c.op.id == "nrc_grad")
+    inputs = nrc.load()
+    assert inputs["norm_added_key_rstd"].tobytes() == t["norm_added_key_rstd"].tobytes()
+    assert nrc.params["dump"]["outputs"]["grad_norm_key_bias"] == "backward.output.9"

@@ -206,7 +206,11 @@ def test_exact_values_equal_float64_autograd_of_the_documented_forward(runs):
 def test_vendor_goldens_pass_refspec_default_standard_except_16bit_rope_without_norm(runs):
     failing = {a for a, r in runs.items() if r["vendor_failures"]}
     expected = {a for a, r in runs.items() if _rope_without_norm(r) and r["dtype"] != "float32"}
-    print(f"\nvendor goldens failing the default standard: {len(failing)} of {len(runs)}")
+    print(f"\nvendor goldens failing the default standard: {len(failing)} of {len(runs)}; the "
+          f"passing float32 ones are up to "
+          f"{max(r['max_ulp'] for a, r in runs.items() if r['dtype'] == 'float32'):.3g} ulp from "
+          f"the exact value, the passing 16-bit ones up to "
+          f"{max(r['max_ulp'] for a, r in runs.items() if r['dtype'] != 'float32' and a not in failing):.3g}")
     assert failing == expected and len(expected) == len(SHAPES) * 2 * 4     # 2 dtypes, 4 attrs
     assert not any(r["float64_stats_failures"] for r in runs.values())
 
@@ -245,11 +249,13 @@ def test_16bit_rope_without_norm_rounds_each_branch_and_their_sum(runs):
     assert min(worst.values()) > 1 and min(zero.values()) > 0
 
 
-def test_float32_statistics_given_versus_recomputed_move_results_at_cancelling_elements(runs):
-    moved = max(r["stats_ulp"] for r in runs.values() if r["dtype"] == "float32")
-    print(f"\nfloat32: the formula with the given statistics and with the float64 statistics "
-          f"of x differ by up to {moved:.3g} float32 ulps")
-    assert moved > 1
+def test_given_versus_recomputed_statistics_move_results_at_cancelling_elements(runs):
+    for dtype in DTYPES:
+        moved = max(r["stats_ulp"] for r in runs.values() if r["dtype"] == dtype)
+        print(f"\n{dtype}: the formula with the given statistics and with the float64 "
+              f"statistics of x differ by up to {moved:.3g} ulp", end="")
+        if dtype == "float32":
+            assert moved > 1
 
 
 def test_outputs_refspec_does_not_produce_are_a_0d_zero_or_an_empty_file(runs):
