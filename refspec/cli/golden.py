@@ -17,7 +17,7 @@ import click
 from .. import goldens
 from .compare import compare_command
 from .errors import CliError
-from .generate import _check_output
+from .generate import _check_output, generate_command
 
 __all__ = ["register", "golden_command", "check_dump_command"]
 
@@ -83,12 +83,6 @@ def _write(kind, cases, out, force, compression, quiet=False):
               help="gen_data.py's arguments: \"B N D Sq+Seq Sk+Sek Sq Sk Sr DTYPE TILINGKEY\".")
 @click.option("--soc", default=None, type=click.Choice(("A2", "A3", "none")),
               help="Chip profile of --vendor-ut data (default A2; A3 has the same rules).")
-@click.option("--force", is_flag=True, help="Replace an existing output.")
-@click.option("--compression", type=click.Choice(["none", "lzf", "gzip"]),
-              default=goldens.DEFAULT_COMPRESSION, show_default=True,
-              help="HDF5 compression of the datasets (see docs/goldens.md).")
-@click.option("--output", "-o", "out", required=True, metavar="OUT.h5",
-              type=click.Path(dir_okay=False), help="The golden file to write.")
 def golden_command(dirs, msprobe, mapping, vendor_ut, ut_args, soc, force, compression, out):
     """Golden cases of your own inputs: case folders (the `refspec export` layout), the mapped
     API calls of an msprobe dump, or the vendor's UT data. Each case is validated by its chip
@@ -98,6 +92,11 @@ def golden_command(dirs, msprobe, mapping, vendor_ut, ut_args, soc, force, compr
     kind, cases = _describe(dirs, msprobe, mapping, vendor_ut, ut_args, soc)
     _write(kind, cases, out, force, compression)
     return 0
+
+
+#: --force, --compression and -o as `refspec generate` has them
+golden_command.params += [p for p in generate_command.params
+                          if p.name in ("force", "compression", "out")]
 
 
 #: the options of `refspec compare` that check-dump passes on (all but the golden, the actual

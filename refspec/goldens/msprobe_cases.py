@@ -56,17 +56,21 @@ def parse_ref(text, where: str):
     return stage, field, int(key)
 
 
+def _check_keys(table, allowed, where: str, what: str) -> None:
+    """``table`` is a table whose keys are all in ``allowed`` (InputError otherwise)."""
+    if not isinstance(table, dict):
+        raise InputError(f"{where}: must be a table of {what}")
+    unknown = set(table) - set(allowed)
+    if unknown:
+        raise InputError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: {what}")
+
+
 class ApiMap:
     """One ``[[api]]`` table, checked against the operator's record."""
 
     def __init__(self, table: dict, where: str):
         self.where = where
-        if not isinstance(table, dict):
-            raise InputError(f"{where}: must be a table")
-        unknown = set(table) - _API
-        if unknown:
-            raise InputError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}; allowed: "
-                             f"{', '.join(sorted(_API))}")
+        _check_keys(table, _API, where, ", ".join(sorted(_API)))
         for key in ("name", "operator", "soc", "inputs"):
             if key not in table:
                 raise InputError(f"{where}: needs {key!r} (name, operator, soc, inputs, and "
@@ -147,12 +151,7 @@ class DumpMap:
 
     def __init__(self, data: dict, path: str):
         self.path = path
-        if not isinstance(data, dict):
-            raise InputError(f"{path}: must hold step, rank and [[api]] tables")
-        unknown = set(data) - _TOP
-        if unknown:
-            raise InputError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; allowed: "
-                             "step, rank, [[api]]")
+        _check_keys(data, _TOP, path, "step, rank, [[api]]")
         for key in ("step", "rank"):
             if data.get(key) is not None and not isinstance(data[key], int):
                 raise InputError(f"{path}: {key} must be a number")
