@@ -32,11 +32,11 @@ def one_line_error(res, *fragments):
 def dump(tmp_path):
     """(a dump of a correct float32 implementation, one of a broken one, the mapping file)."""
     out = []
-    for name, bug in (("good", None), ("bad", "wrong_sin_partner")):
+    for name, bug, nrc_bug in (("good", None, None), ("bad", "wrong_sin_partner", "value_from_key")):
         rng = np.random.default_rng(3)
         w = DumpWriter(tmp_path / name, "mindspore")
         rope_calls(w, rng, calls=2, bug=bug)
-        nrc_call(w, rng)
+        nrc_call(w, rng, bug=nrc_bug)
         w.close()
         out.append(tmp_path / name)
     (tmp_path / "map.toml").write_text(ROPE_MAP.format(soc="A2") + nrc_map("A2"))
@@ -69,8 +69,12 @@ def test_check_dump_makes_the_goldens_and_prints_the_report(dump, tmp_path):
     assert res.exit_code == 1
     report = json.loads((tmp_path / "r.json").read_text())
     failed = [r for r in report["results"] if r["verdict"] == "fail"]
-    assert {r["output"] for r in failed} == {"dx"}
-    assert all(r["source"].endswith(".backward.output.0.npy") for r in failed)
+    assert {(r["case_id"].split("/")[-1], r["output"]) for r in failed} == {
+        ("NPU.npu_rotary_position_embedding.0", "dx"), ("NPU.npu_rotary_position_embedding.1", "dx"),
+        ("NPU.npu_norm_rope_concat.0", "grad_value"),
+        ("NPU.npu_norm_rope_concat.0", "grad_encoder_value")}
+    assert all(".backward.output." in r["source"] for r in failed)
+    assert "    grad_value[b=0,s=" in res.stdout and "nrc_grad/msprobe/step0/rank0/NPU.npu_norm_rope_concat.0" in res.stdout
     with goldens.open(tmp_path / "kept.h5") as gf:
         assert len(gf) == 6
     one_line_error(run("check-dump", bad, "--map", mapping, "-o", tmp_path / "kept.h5"),
