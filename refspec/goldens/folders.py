@@ -260,7 +260,12 @@ def describe_folder(folder: str, default_id: str) -> UserCase:
         params = dict(doc["parameters"])
         for key, have in (("dtype", dtype), ("soc", soc)):
             if key in params and params[key] != have:
-                f.fail(f"parameters say {key} {params[key]!r} but the files give {have!r}")
+                f.fail(f"parameters say {key} {params[key]!r} but "
+                       + ("the files give" if key == "dtype" else "case.json's soc is")
+                       + f" {have!r}")
+            params.setdefault(key, have)
+        for key, value in attrs.items():
+            params.setdefault(key, value)
     else:
         shaped = {k: np.broadcast_to(np.zeros((), s.dtype), s.shape) for k, s in specs.items()}
         try:

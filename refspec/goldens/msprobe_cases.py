@@ -29,6 +29,7 @@ else:  # pragma: no cover
 
 from .. import ops
 from ..spec.dtypes import dtype_name
+from ..spec.errors import AclnnError
 from .msprobe import FIELDS, STAGES, Dump, DumpError, DumpTensor, open_dumps
 from .user_cases import InputError, UserCase
 
@@ -246,8 +247,8 @@ def _call_case(m: ApiMap, dump: Dump, api: str, call: int, records: dict, source
     shaped = {k: np.broadcast_to(np.zeros((), t.dtype), t.shape) for k, t in tensors.items()}
     try:
         described = op.describe(shaped, attrs, m.soc)
-    except Exception:        # the validation names what is wrong with the shapes
-        described = {}
+    except (AclnnError, KeyError, ValueError, TypeError):
+        described = {}                 # the validation names what is wrong with the shapes
     label = "" if dump.label == "." else dump.label
     info = {"path": dump.label, "step": dump.step, "rank": dump.rank, "api": api, "call": call,
             **{stage: records.get(stage) for stage in STAGES},

@@ -22,6 +22,7 @@ from .. import goldens, ops
 from .cases import THREADED_ELEMENTS, CaseData, compute_case
 from .engine import Summary
 from .format import check_case_id
+from .tensor_files import TensorFileError
 
 __all__ = ["InputError", "UserCase", "UNSTATED", "write_user_cases", "check_ids"]
 
@@ -69,7 +70,10 @@ def check_ids(cases: list[UserCase]) -> None:
 
 
 def _compute(case: UserCase, threads: int) -> CaseData:
-    inputs = {k: v for k, v in case.load().items() if v is not None}
+    try:
+        inputs = {k: v for k, v in case.load().items() if v is not None}
+    except TensorFileError as exc:             # a file that changed since it was described
+        raise InputError(f"{case.where}: {exc}") from None
     large = sum(v.size for v in inputs.values()) >= THREADED_ELEMENTS
     with (ThreadPoolExecutor(threads) if threads > 1 and large else nullcontext()) as pool:
         data = compute_case(case.op, case.case_id, case.params, case.seed, inputs, case.attrs,
