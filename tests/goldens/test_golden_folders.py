@@ -311,3 +311,19 @@ def test_two_folders_with_one_case_id_are_an_error(rng, tmp_path):
                                                    attributes={"mode": 0}, case_id="same/id"))
     with pytest.raises(InputError, match="case id 'same/id' is also the id of"):
         build([tmp_path / "a", tmp_path / "b"], tmp_path / "g.h5")
+
+
+def test_files_entries_may_name_the_tensor_and_bfloat16_may_be_2_byte_voids(rng, tmp_path):
+    folder = tmp_path / "named"
+    inputs = rope_inputs(rng)
+    os.makedirs(folder)
+    files = []
+    for name, a in inputs.items():
+        np.save(folder / f"t_{name}.npy", a)                 # ml_dtypes bfloat16: saved as V2
+        files.append({"name": f"t_{name}.npy", "python_name": name})
+    assert np.load(folder / "t_dy.npy").dtype.kind == "V"
+    case_json(folder, operator="rope_grad", soc="A2", attributes={"mode": 0}, files=files)
+    (case,) = describe_folders([folder])
+    got = case.load()
+    assert {k: v.dtype for k, v in got.items()} == dict.fromkeys(inputs, BF16)
+    assert all(got[k].tobytes() == inputs[k].tobytes() for k in inputs)

@@ -264,3 +264,26 @@ def test_the_mapping_files_of_docs_real_runs_read_a_dump_of_those_calls(tmp_path
     inputs = nrc.load()
     assert inputs["norm_added_key_rstd"].tobytes() == t["norm_added_key_rstd"].tobytes()
     assert nrc.params["dump"]["outputs"]["grad_norm_key_bias"] == "backward.output.9"
+
+
+def test_a_json_mapping_file_reads_the_same_and_pt_files_need_torch(tmp_path, rng, monkeypatch):
+    import sys
+    import tomllib
+    dump, mapping, _ = dump_with_map(tmp_path, rng, "pytorch" if _has_torch() else "mindspore")
+    (tmp_path / "map.json").write_text(json.dumps(tomllib.loads(mapping.read_text())))
+    from_toml = [(c.case_id, c.attrs) for c in describe_dump(dump, mapping)]
+    assert [(c.case_id, c.attrs) for c in describe_dump(dump, tmp_path / "map.json")] == from_toml
+    if _has_torch():
+        monkeypatch.setitem(sys.modules, "torch", None)        # as if PyTorch were not installed
+        with pytest.raises(InputError, match=r"\.pt tensor files need PyTorch, which is not "
+                                             r"installed \(refspec reads them with "
+                                             r"torch.load\(weights_only=True\)\)"):
+            describe_dump(dump, mapping)[0].load()
+
+
+def _has_torch() -> bool:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
