@@ -90,7 +90,7 @@ class ApiMap:
                              + ", ".join(s for s in op.socs if s) + ") or \"none\" (math only)")
         self.soc = None if soc in ("", "none") else soc
         calls = table.get("calls")
-        if calls is not None and (not isinstance(calls, list)
+        if calls is not None and (not isinstance(calls, list) or not calls
                                   or not all(isinstance(c, int) and c >= 0 for c in calls)):
             raise InputError(f"{where}: calls must be a list of call numbers, e.g. [0, 1]")
         self.calls = calls

@@ -15,7 +15,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from .. import goldens, ops
@@ -52,7 +52,6 @@ class UserCase:
     seed: int = 0
     regenerate: str = ""
     expected_code: object = UNSTATED
-    notes: list = field(default_factory=list)
 
 
 def check_ids(cases: list[UserCase]) -> None:
