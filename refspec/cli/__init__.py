@@ -15,7 +15,7 @@ import click
 
 from .._version import __version__
 from ..spec.errors import AclnnError
-from . import compare, generate, store
+from . import compare, generate, golden, store
 from .errors import CliError, fail
 
 __all__ = ["CliError", "main", "fail"]
@@ -64,5 +64,5 @@ def main():
     """
 
 
-for _module in (generate, store, compare):
+for _module in (generate, store, compare, golden):
     _module.register(main)

@@ -31,7 +31,7 @@ def _check_writable(path: str | None, flag: str) -> None:
 
 @click.command("compare")
 @click.argument("golden", type=click.Path(dir_okay=False))
-@click.argument("actual", type=click.Path())
+@click.argument("actual", type=click.Path(), required=False)
 @click.option("--case", "cases", multiple=True, metavar="ID",
               help="Case id or shell pattern (repeatable); default: every case.")
 @click.option("--standard", type=click.Choice(_STANDARDS), default="default", show_default=True,
@@ -42,6 +42,8 @@ def _check_writable(path: str | None, flag: str) -> None:
               help="Accept max-finite where the golden is +-Inf (devices in saturation mode).")
 @click.option("--map", "mapping", type=click.Path(dir_okay=False), default=None,
               help="Mapping file (TOML/JSON): dump tensor or npz key -> case and output.")
+@click.option("--msprobe", "msprobe", type=click.Path(), default=None, metavar="DUMP_PATH",
+              help="An msprobe dump, judged against goldens made from it (refspec golden).")
 @click.option("--ratio-level", type=click.Choice(("L0", "L1", "L2")), default=None,
               help="Thresholds of the ratio standard (default: by operator, msprobe levels).")
 @click.option("--json", "json_path", type=click.Path(), default=None, help="Write the JSON report.")
@@ -54,7 +56,7 @@ def _check_writable(path: str | None, flag: str) -> None:
               help="Worst elements kept per output.")
 @click.option("--failures-only", is_flag=True, help="Terminal table: failing rows only.")
 def compare_command(golden, actual, cases, standard, rtol, atol, saturation, mapping, ratio_level,
-                    json_path, junit_path, html_path, heatmap_axes, top, failures_only):
+                    json_path, junit_path, html_path, heatmap_axes, top, failures_only, msprobe):
     """Judge the outputs in ACTUAL against the golden HDF5 file GOLDEN.
 
     ACTUAL: a `refspec export` directory with the kernel's <output>.bin next to each case's
@@ -68,7 +70,12 @@ def compare_command(golden, actual, cases, standard, rtol, atol, saturation, map
         _check_writable(path, flag)
     if heatmap_axes is not None and not (heatmap_axes.isalpha() and 1 <= len(heatmap_axes) <= 2):
         raise CliError(f"--heatmap-axes {heatmap_axes!r}: give one or two axis letters, e.g. SD")
+    if actual is None and msprobe is None:
+        raise CliError("missing ACTUAL (the kernel's outputs) or --msprobe DUMP_PATH")
     try:
+        if msprobe is not None:
+            from ..comparator.msprobe import msprobe_source
+            actual, mapping = msprobe_source(golden, msprobe, actual, mapping), None
         report = compare(golden, actual, cases=list(cases) or None, standard=standard, rtol=rtol,
                          atol=atol, saturation=saturation, mapping=mapping, top=top,
                          ratio_level=ratio_level, heatmaps=html_path is not None,

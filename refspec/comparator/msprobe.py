@@ -1,56 +1,56 @@
-"""msprobe dump directories as a source of actual outputs (spec/dumps.md).
+"""msprobe dump directories as a source of actual outputs (spec/dumps.md; docs/real_runs.md).
 
-Layout: ``dump_path/step{N}/rank{R}/dump.json`` and ``dump_tensor_data/`` with one file per
-tensor (``.npy``; ``.pt`` only when PyTorch is installed, loaded with ``weights_only=True``).
-dump.json maps each API call (``"NPU.npu_rotary_mul.0.backward"``) to ``input_args``,
-``input_kwargs``, ``input`` and ``output`` lists of tensor records with ``dtype``, ``shape`` and
-``data_name``. The JSON's dtype is authoritative: a ``.npy`` may hold bfloat16 as uint16 bits,
-2-byte voids or float32 values (MindSpore) and is decoded to it. A mapping file
-(:mod:`refspec.compare.mapping`) says which tensor is which golden output.
+The dump is read by :mod:`refspec.goldens.msprobe` (the one reader of dump.json and its tensor
+files). A mapping (:mod:`refspec.comparator.mapping`) says which dump tensor is which golden
+output: a mapping file, or :func:`golden_mapping` for a golden file built from the dump itself
+(``refspec golden --msprobe``), whose cases name their dump records.
 """
 
 from __future__ import annotations
 
-import glob
-import json
 import os
 
-import numpy as np
+from .. import goldens
+from ..goldens.msprobe import (Dump, DumpError, NpyData, find_dumps, is_msprobe_dir,
+                               parse_dtype)
+from ..spec.dtypes import dtype_name
+from .actuals import ActualSource, ArrayActual, Problem, RawFileActual
+from .mapping import Mapping, load_mapping
 
-from ..spec.dtypes import bfloat16, dtype_name
-from .actuals import ActualSource, ArrayActual, Problem, RawFileActual, decode_dtype, _one_line
-
-__all__ = ["MsprobeSource", "find_dumps", "is_msprobe_dir", "parse_dtype"]
-
-_DTYPES = {"bfloat16": bfloat16, "float16": np.dtype(np.float16), "half": np.dtype(np.float16),
-           "float32": np.dtype(np.float32), "float": np.dtype(np.float32),
-           "float64": np.dtype(np.float64), "double": np.dtype(np.float64)}
-
-
-def parse_dtype(text) -> np.dtype | None:
-    """``torch.bfloat16``, ``BFloat16``, ``mindspore.float16``, ``Float32`` -> a dtype."""
-    if not isinstance(text, str):
-        return None
-    name = text.rsplit(".", 1)[-1].lower()
-    return _DTYPES.get(name)
+__all__ = ["MsprobeSource", "golden_mapping", "msprobe_source", "find_dumps", "is_msprobe_dir",
+           "parse_dtype"]
 
 
-def find_dumps(path: str) -> list[str]:
-    """The dump.json files under an msprobe dump directory (sorted)."""
-    if os.path.isfile(os.path.join(path, "dump.json")):
-        return [os.path.join(path, "dump.json")]
-    found = []
-    for pattern in ("*/dump.json", "*/*/dump.json"):
-        found += glob.glob(os.path.join(glob.escape(path), pattern))
-    return sorted(set(found))
+def golden_mapping(golden) -> Mapping:
+    """The mapping of a golden file whose cases came from an msprobe dump: each output of each
+    such case to the dump tensor it names (its ``dump`` parameter). A file with no such case
+    gives a mapping with no entries (every output is then missing)."""
+    from ..goldens.msprobe_cases import dump_entries
+    entries = []
+    with goldens.open(golden) as gf:
+        for case in gf:
+            entries += dump_entries(case.case_id, case.params)
+    return Mapping(entries, path=f"{os.fspath(golden)} (its msprobe cases)")
 
 
-def is_msprobe_dir(path: str) -> bool:
-    return os.path.isdir(path) and bool(find_dumps(path))
-
-
-def _label(dump_json: str, root: str) -> str:
-    return os.path.relpath(os.path.dirname(dump_json), root)
+def msprobe_source(golden, dump_path, actual=None, mapping=None) -> "MsprobeSource":
+    """The actual outputs of ``refspec compare GOLDEN --msprobe DUMP_PATH``: the dump, with the
+    mapping file given or else the golden cases' own dump records (:func:`golden_mapping`)."""
+    from .run import CompareUsageError
+    if actual is not None:
+        raise CompareUsageError(f"give the actual outputs once: ACTUAL {actual} or --msprobe "
+                                f"{dump_path}, not both")
+    if not is_msprobe_dir(dump_path):
+        raise CompareUsageError(f"--msprobe {dump_path}: not an msprobe dump (no dump.json in it "
+                                "or in its step*/rank*/ folders)")
+    if mapping is None:
+        mapping = golden_mapping(golden)
+        if not mapping.entries:
+            raise CompareUsageError(f"{golden}: no case names an msprobe dump record (it was not "
+                                    f"made by `refspec golden --msprobe`); give --map MAP.toml")
+    elif not isinstance(mapping, Mapping):
+        mapping = load_mapping(mapping)
+    return MsprobeSource(os.fspath(dump_path), mapping)
 
 
 class MsprobeSource(ActualSource):
@@ -60,71 +60,41 @@ class MsprobeSource(ActualSource):
         super().__init__(path)
         self.mapping = mapping
         self.dumps = find_dumps(path)
-        self._cache: dict[str, dict | str] = {}
+        self._cache: dict[str, Dump | str] = {}
 
     def _choose_dump(self, entry: dict):
         step = entry.get("step", self.mapping.step)
         rank = entry.get("rank", self.mapping.rank)
         cands = self.dumps
         if step is not None:
-            cands = [d for d in cands if f"{os.sep}step{step}{os.sep}" in d
-                     or os.path.basename(os.path.dirname(os.path.dirname(d))) == f"step{step}"]
+            cands = [d for d in cands if os.path.basename(os.path.dirname(os.path.dirname(d)))
+                     == f"step{step}"]
         if rank is not None:
-            cands = [d for d in cands if os.path.basename(os.path.dirname(d)) in (f"rank{rank}", f"proc{rank}")]
+            cands = [d for d in cands
+                     if os.path.basename(os.path.dirname(d)) in (f"rank{rank}", f"proc{rank}")]
         if len(cands) == 1:
             return cands[0], None
-        labels = ", ".join(_label(d, self.path) for d in self.dumps) or "none"
+        labels = ", ".join(os.path.relpath(os.path.dirname(d), self.path)
+                           for d in self.dumps) or "none"
         if not cands:
-            return None, (f"no dump for step={step} rank={rank} under {self.path} (found: {labels})")
+            return None, f"no dump for step={step} rank={rank} under {self.path} (found: {labels})"
         return None, (f"several dumps under {self.path} ({labels}); say which with step = N and "
                       "rank = R in the mapping file")
 
-    def _data(self, dump_json: str):
+    def _dump(self, dump_json: str):
         if dump_json not in self._cache:
             try:
-                with open(dump_json, encoding="utf-8") as fh:
-                    doc = json.load(fh)
-                data = doc.get("data") if isinstance(doc, dict) else None
-                if not isinstance(data, dict):
-                    raise ValueError("no 'data' object")
-                self._cache[dump_json] = data
-            except Exception as exc:
-                self._cache[dump_json] = f"{dump_json}: not a readable dump.json ({_one_line(exc)})"
+                self._cache[dump_json] = Dump(dump_json, self.path)
+            except DumpError as exc:
+                self._cache[dump_json] = str(exc)
         return self._cache[dump_json]
 
     @staticmethod
-    def _records(data: dict):
-        for api, calls in data.items():
-            if not isinstance(calls, dict):
-                continue
-            for field, val in calls.items():
-                items = val.values() if isinstance(val, dict) else (val if isinstance(val, list) else [])
-                for rec in items:
-                    if isinstance(rec, dict) and "data_name" in rec:
-                        yield api, field, rec
-
-    def _record(self, data: dict, entry: dict):
+    def _tensor(dump: Dump, entry: dict):
         if "data_name" in entry:
-            want = str(entry["data_name"])
-            for api, field, rec in self._records(data):
-                if rec.get("data_name") == want:
-                    return rec, None
-            return None, f"no tensor with data_name {want!r} in dump.json"
-        api, index = str(entry["api"]), int(entry.get("index", 0))
-        field = str(entry.get("field", "output"))
-        call = data.get(api)
-        if not isinstance(call, dict):
-            return None, f"no API call {api!r} in dump.json"
-        lst = call.get(field)
-        if isinstance(lst, dict):
-            lst = list(lst.values())
-        if not isinstance(lst, list) or not (0 <= index < len(lst)):
-            n = len(lst) if isinstance(lst, list) else 0
-            return None, f"{api} has no {field}[{index}] ({n} entries)"
-        rec = lst[index]
-        if not isinstance(rec, dict) or "data_name" not in rec:
-            return None, f"{api} {field}[{index}] is not a dumped tensor"
-        return rec, None
+            return dump.by_data_name(str(entry["data_name"]))
+        return dump.tensor(str(entry["api"]), str(entry.get("field", "output")),
+                           int(entry.get("index", 0)))
 
     def lookup(self, case_id, op, output, dtype, shape):
         entry = self.mapping.entry(case_id, output) if self.mapping else None
@@ -133,78 +103,26 @@ class MsprobeSource(ActualSource):
         dump_json, why = self._choose_dump(entry)
         if why:
             return Problem("missing", why)
-        data = self._data(dump_json)
-        if isinstance(data, str):
-            return Problem("unreadable", data, dump_json)
-        rec, why = self._record(data, entry)
-        if why:
-            return Problem("missing", f"{dump_json}: {why}")
-        name = str(rec["data_name"])
-        path = os.path.join(os.path.dirname(dump_json), "dump_tensor_data", name)
-        src = path
-        real = parse_dtype(rec.get("dtype"))
-        if real is None:
-            return Problem("unreadable", f"{dump_json}: {name}: dtype {rec.get('dtype')!r} is not "
-                           "a floating dtype refspec knows", src)
-        if real != dtype:
-            return Problem("dtype_mismatch", f"{name}: dump.json says {dtype_name(real)} but the "
-                           f"golden output is {dtype_name(dtype)}", src)
-        jshape = rec.get("shape")
-        if isinstance(jshape, list) and tuple(jshape) != tuple(shape):
-            return Problem("shape_mismatch", f"{name}: dump.json says shape {tuple(jshape)} but the "
-                           f"golden output has shape {tuple(shape)}", src)
-        if not os.path.exists(path):
-            return Problem("missing", f"{path} (named in dump.json) does not exist", src)
-        if name.endswith(".pt"):
-            return self._load_pt(path, real, shape, src)
-        return self._load_npy(path, real, shape, src)
-
-    @staticmethod
-    def _load_npy(path, real, shape, src):
+        dump = self._dump(dump_json)
+        if isinstance(dump, str):
+            return Problem("unreadable", dump, dump_json)
         try:
-            with open(path, "rb") as fh:
-                version = np.lib.format.read_magic(fh)
-                read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                        else np.lib.format.read_array_header_2_0)
-                fshape, fortran, stored = read(fh)
-                offset = fh.tell()
-        except Exception as exc:
-            return Problem("unreadable", f"{path}: not a readable .npy file ({_one_line(exc)})", src)
-        if stored.hasobject:
-            return Problem("unreadable", f"{path}: holds Python objects (pickles are never loaded)", src)
-        wider = stored.kind == "f" and stored.itemsize > real.itemsize   # e.g. bf16 saved as float32
-        if decode_dtype(stored, real) and not wider:
-            return Problem("unreadable", f"{path}: holds {stored} values, which cannot encode the "
-                           f"{dtype_name(real)} that dump.json declares", src)
-        if tuple(fshape) != tuple(shape):
-            return Problem("shape_mismatch", f"{path}: shape {tuple(fshape)} but the golden output "
-                           f"has shape {tuple(shape)}", src)
-        if fortran and len(fshape) > 1:
-            arr = np.ascontiguousarray(np.load(path, allow_pickle=False))
-            return ArrayActual(src, arr.astype(real) if wider else arr, real)
-        return RawFileActual(src, path, offset, stored, shape, real)
-
-    @staticmethod
-    def _load_pt(path, real, shape, src):
+            tensor = self._tensor(dump, entry)
+        except DumpError as exc:
+            return Problem(exc.kind, str(exc))
+        src = tensor.path or dump_json
+        if tensor.dtype is not None and tensor.dtype != dtype:
+            return Problem("dtype_mismatch", f"{tensor.label}: dump.json says "
+                           f"{dtype_name(tensor.dtype)} but the golden output is "
+                           f"{dtype_name(dtype)}", src)
+        if tensor.shape is not None and tensor.shape != tuple(shape):
+            return Problem("shape_mismatch", f"{tensor.label}: dump.json says shape "
+                           f"{tensor.shape} but the golden output has shape {tuple(shape)}", src)
         try:
-            import torch
-        except ImportError:
-            return Problem("unreadable", f"{path}: .pt dumps need PyTorch, which is not installed", src)
-        try:
-            t = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:
-            return Problem("unreadable", f"{path}: {_one_line(exc)}", src)
-        if not isinstance(t, torch.Tensor):
-            return Problem("unreadable", f"{path}: holds a {type(t).__name__}, not a tensor", src)
-        t = t.detach().contiguous()
-        if t.dtype == torch.bfloat16:
-            arr = t.view(torch.int16).numpy().view(np.uint16).view(bfloat16)
-        else:
-            arr = t.numpy()
-        if arr.dtype != real:
-            return Problem("unreadable", f"{path}: tensor of {t.dtype} but dump.json declares "
-                           f"{dtype_name(real)}", src)
-        if tuple(arr.shape) != tuple(shape):
-            return Problem("shape_mismatch", f"{path}: shape {tuple(arr.shape)} but the golden "
-                           f"output has shape {tuple(shape)}", src)
-        return ArrayActual(src, arr, real)
+            found = tensor.locate()
+        except DumpError as exc:
+            return Problem(exc.kind, str(exc), src)
+        if isinstance(found, NpyData):
+            return RawFileActual(src, found.path, found.offset, found.stored, found.shape,
+                                 found.dtype)
+        return ArrayActual(src, found, found.dtype)

@@ -31,8 +31,8 @@ from ..spec.dtypes import round_to
 from ..spec.errors import AclnnError
 from .sweep import Case
 
-__all__ = ["CaseData", "build_case", "probe", "regenerate_command", "expected_outputs",
-           "THREADED_ELEMENTS"]
+__all__ = ["CaseData", "build_case", "compute_case", "probe", "regenerate_command",
+           "expected_outputs", "THREADED_ELEMENTS"]
 
 #: cases with at least this many input elements use the thread pool of ``threads`` > 1
 THREADED_ELEMENTS = 1 << 20
@@ -88,6 +88,34 @@ def expected_outputs(op: ops.Operator, params: dict, exact: dict, pool=None) -> 
     return dict(zip(names, rounded))
 
 
+def compute_case(op: ops.Operator, case_id: str, params: dict, seed: int, inputs: dict,
+                 attrs: dict, pool=None) -> CaseData:
+    """The case of ``inputs`` (as stored, in their dtypes) and the spec function's ``attrs``,
+    validated by the profile ``params["soc"]``: a negative case when the profile rejects the
+    call, else the exact outputs, each rounded once to its dtype (``params["dtype"]``), their
+    tolerance terms and axis letters. ``pool`` (an executor) computes the exact outputs beside
+    the terms and rounds the outputs side by side (the same bits)."""
+    soc = params.get("soc")
+    data = CaseData(case_id, op.function, params, seed, soc, params.get("distribution", ""),
+                    inputs)
+    try:
+        if pool is None:
+            exact = op.call(inputs, attrs, soc, out_dtype=np.float64)
+            terms = op.terms(inputs, attrs, soc)
+        else:                                   # the two passes share nothing
+            pending = pool.submit(op.terms, inputs, attrs, soc)
+            exact = op.call(inputs, attrs, soc, out_dtype=np.float64)
+            terms = pending.result()
+    except AclnnError as exc:
+        data.error = exc
+        return data
+    data.exact = exact
+    data.expected = expected_outputs(op, params, exact, pool)
+    data.terms = {k: terms[k] for k in exact}
+    data.axes = {k: op.output_axes(params, k) for k in exact}
+    return data
+
+
 def build_case(case: Case, threads: int = 1) -> CaseData:
     """Inputs, outputs and metadata of one case (see the module docstring)."""
     op = ops.get(case.op)
@@ -95,24 +123,7 @@ def build_case(case: Case, threads: int = 1) -> CaseData:
     large = sum(prod(t.shape) for t in op.plan(p).values()) >= THREADED_ELEMENTS
     with (ThreadPoolExecutor(threads) if threads > 1 and large else nullcontext()) as pool:
         inputs = op.sample(p, case.seed, pool)
-        data = CaseData(case.id, op.function, p, case.seed, p["soc"], p["distribution"], inputs)
-        attrs = op.attrs_of(p)
-        try:
-            if pool is None:
-                exact = op.call(inputs, attrs, p["soc"], out_dtype=np.float64)
-                terms = op.terms(inputs, attrs, p["soc"])
-            else:                                   # the two passes share nothing
-                pending = pool.submit(op.terms, inputs, attrs, p["soc"])
-                exact = op.call(inputs, attrs, p["soc"], out_dtype=np.float64)
-                terms = pending.result()
-        except AclnnError as exc:
-            data.error = exc
-            return data
-        data.exact = exact
-        data.expected = expected_outputs(op, p, exact, pool)
-        data.terms = {k: terms[k] for k in exact}
-        data.axes = {k: op.output_axes(p, k) for k in exact}
-    return data
+        return compute_case(op, case.id, p, case.seed, inputs, op.attrs_of(p), pool)
 
 
 def regenerate_command(case: Case, sweep_ref: str, seed: int) -> str:

@@ -1,0 +1,339 @@
+"""Reading msprobe dumps (MindStudio probe, PyPI ``mindstudio-probe``): the one reader behind
+``refspec golden --msprobe`` and the comparator's msprobe source (docs/real_runs.md).
+
+The layout, as msprobe writes it (its ``core/dump/service.py``, ``data_dump/json_writer.py`` and
+``data_dump/data_processor/{base,pytorch_processor,mindspore_processor}.py``)::
+
+    DUMP_PATH/[pynative/]step{N}/rank{R}/dump.json          (proc{PID} when there is no rank)
+    DUMP_PATH/[pynative/]step{N}/rank{R}/dump_tensor_data/<data_name>
+
+``dump.json`` is ``{"task", "level", "framework": "pytorch"|"mindspore", "dump_data_dir",
+"data": {record: {...}}}``. An API call has a forward record ``<Prefix>.<api>.<call>.forward``
+with ``input_args`` (a list), ``input_kwargs`` (an object) and ``output`` (a list), and a
+backward record ``<Prefix>.<api>.<call>.backward`` whose ``input`` lists the gradients of the
+forward outputs and whose ``output`` lists the gradients of the forward inputs. A tensor entry
+holds ``type``, ``dtype`` (``torch.bfloat16``, ``BFloat16``, ...), ``shape``, statistics and
+``data_name`` (its file); other arguments are ``{"type": "int", "value": 0}``; absent ones null.
+PyTorch saves each tensor with ``torch.save`` (``.pt``, bfloat16 kept), MindSpore with
+``np.save`` (``.npy``, bfloat16 converted to float32). The JSON's dtype is authoritative: a
+``.npy`` may also hold bfloat16 as uint16 bits or 2-byte voids.
+
+``.npy`` files are read with ``allow_pickle=False``; ``.pt`` files only when PyTorch is
+installed, with ``torch.load(weights_only=True)``. Every problem is a :class:`DumpError` of one
+line naming the dump.json, the record and the file.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..spec.dtypes import bfloat16, dtype_name
+from .tensor_files import TensorFileError, bits_to_bfloat16, read_npy_header, real_dtype_of
+
+__all__ = ["DumpError", "Dump", "DumpTensor", "NpyData", "STAGES", "FIELDS", "parse_dtype",
+           "find_dumps", "is_msprobe_dir", "split_record", "open_dumps"]
+
+STAGES = ("forward", "backward")
+#: the lists of a record, by stage, as a reference spells them ("forward.input.0")
+FIELDS = {"forward": {"input": "input_args", "kwargs": "input_kwargs", "output": "output",
+                      "input_args": "input_args", "input_kwargs": "input_kwargs"},
+          "backward": {"input": "input", "output": "output"}}
+
+_DTYPES = {"bfloat16": bfloat16, "float16": np.dtype(np.float16), "half": np.dtype(np.float16),
+           "float32": np.dtype(np.float32), "float": np.dtype(np.float32),
+           "float64": np.dtype(np.float64), "double": np.dtype(np.float64)}
+_RECORD = re.compile(r"^(?P<api>.+)\.(?P<call>\d+)\.(?P<stage>forward|backward)$")
+
+
+class DumpError(ValueError):
+    """A dump that cannot be used as asked: one line. ``kind`` says what went wrong for a
+    tensor (missing, unreadable, dtype_mismatch, shape_mismatch)."""
+
+    def __init__(self, message: str, kind: str = "unreadable"):
+        super().__init__(message)
+        self.kind = kind
+
+
+def _one_line(exc) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def parse_dtype(text) -> np.dtype | None:
+    """``torch.bfloat16``, ``BFloat16``, ``mindspore.float16``, ``Float32`` -> a dtype (None for
+    anything else, integers included)."""
+    if not isinstance(text, str):
+        return None
+    return _DTYPES.get(text.rsplit(".", 1)[-1].lower())
+
+
+def split_record(name: str):
+    """``NPU.npu_rotary_mul.0.backward`` -> ("NPU.npu_rotary_mul", 0, "backward"), or None."""
+    m = _RECORD.match(name)
+    return None if m is None else (m["api"], int(m["call"]), m["stage"])
+
+
+def find_dumps(path) -> list[str]:
+    """The dump.json files of a dump: PATH itself, or PATH/*/, PATH/*/*/ and PATH/*/*/*/
+    (step*/rank*/, pynative/step*/rank*/), sorted."""
+    path = os.fspath(path)
+    if os.path.isfile(os.path.join(path, "dump.json")):
+        return [os.path.join(path, "dump.json")]
+    found = []
+    for pattern in ("*/dump.json", "*/*/dump.json", "*/*/*/dump.json"):
+        found += glob.glob(os.path.join(glob.escape(path), pattern))
+    return sorted(set(found))
+
+
+def is_msprobe_dir(path) -> bool:
+    return os.path.isdir(path) and bool(find_dumps(path))
+
+
+def _number(part: str, prefixes) -> int | None:
+    for prefix in prefixes:
+        if part.startswith(prefix) and part[len(prefix):].isdigit():
+            return int(part[len(prefix):])
+    return None
+
+
+@dataclass(frozen=True)
+class NpyData:
+    """Where a .npy file's values are, for reading them in blocks: the file, the data offset,
+    the stored dtype, the shape and the real dtype they decode to (C order only)."""
+
+    path: str
+    offset: int
+    stored: np.dtype
+    shape: tuple
+    dtype: np.dtype
+
+
+def _encodes(stored: np.dtype, real: np.dtype) -> str:
+    """How ``stored`` holds values of ``real``: "same", "bits" (bfloat16 as uint16 or V2),
+    "wider" (bfloat16 saved as float32 or float64, as MindSpore saves it) or "" (it cannot)."""
+    if real_dtype_of(stored, real) is not None:
+        return "bits" if real == bfloat16 and stored != bfloat16 else "same"
+    if real == bfloat16 and stored.kind == "f" and stored.itemsize > 2:
+        return "wider"
+    return ""
+
+
+class DumpTensor:
+    """One tensor entry of a record: ``dump``, ``record``, ``where`` (``output[0]``,
+    ``input_kwargs[x]``), the declared ``dtype`` and ``shape``, its ``data_name`` and file
+    ``path``."""
+
+    def __init__(self, dump: "Dump", record: str, where: str, entry: dict):
+        self.dump, self.record, self.where, self.entry = dump, record, where, entry
+        self.dtype_text = entry.get("dtype")
+        self.dtype = parse_dtype(self.dtype_text)
+        shape = entry.get("shape")
+        self.shape = tuple(int(s) for s in shape) if isinstance(shape, list) else None
+        name = entry.get("data_name")
+        self.data_name = str(name) if name else None
+        self.path = None if self.data_name is None else os.path.join(self.dump.data_dir,
+                                                                     self.data_name)
+
+    @property
+    def label(self) -> str:
+        """``step0/rank0 NPU.npu_rotary_mul.0.backward output[0]``: where it is in the dump."""
+        return f"{self.dump.label} {self.record} {self.where}"
+
+    def _fail(self, what: str, kind: str = "unreadable"):
+        raise DumpError(f"{self.dump.path}: {self.record} {self.where}: {what}", kind)
+
+    def _check(self) -> None:
+        if self.dtype is None:
+            known = sorted({dtype_name(d) for d in _DTYPES.values()})
+            self._fail(f"dtype {self.dtype_text!r} is not a floating dtype refspec knows "
+                       f"(allowed: {', '.join(known)})")
+        if self.data_name is None:
+            self._fail("no data_name: the tensor was not saved (dump with task = \"tensor\", "
+                       "not \"statistics\")", "missing")
+        if not os.path.isfile(self.path):
+            self._fail(f"{self.path} (its data_name) does not exist", "missing")
+
+    def _check_shape(self, shape) -> None:
+        if self.shape is not None and tuple(shape) != self.shape:
+            self._fail(f"{self.path} has shape {tuple(shape)} but dump.json says {self.shape}",
+                       "shape_mismatch")
+
+    def locate(self):
+        """An :class:`NpyData` for a C-order .npy file (read in blocks), else the whole array
+        in the declared dtype (:meth:`load`). DumpError for anything that cannot be read."""
+        self._check()
+        if not self.data_name.endswith(".npy"):
+            return self.load()
+        try:
+            shape, fortran, stored, offset = read_npy_header(self.path)
+        except TensorFileError as exc:
+            self._fail(str(exc))
+        self._check_shape(shape)
+        if not _encodes(stored, self.dtype):
+            self._fail(f"{self.path} holds {stored} values, which cannot encode the "
+                       f"{dtype_name(self.dtype)} that dump.json declares", "dtype_mismatch")
+        need = int(np.prod(shape, dtype=np.int64)) * stored.itemsize
+        have = os.path.getsize(self.path) - offset
+        if have < need:
+            self._fail(f"{self.path}: truncated: {have} bytes of data, expected {need}")
+        if fortran and len(shape) > 1:
+            return self.load()
+        return NpyData(self.path, offset, stored, shape, self.dtype)
+
+    def load(self, exact: bool = True) -> np.ndarray:
+        """The whole tensor in its declared dtype. bfloat16 saved as float32 (MindSpore) must
+        hold bfloat16 values exactly when ``exact`` (inputs of a golden case); otherwise it is
+        rounded to nearest."""
+        self._check()
+        if self.data_name.endswith(".pt"):
+            arr = self._load_pt()
+        else:
+            try:
+                arr = np.load(self.path, allow_pickle=False)
+            except Exception as exc:
+                self._fail(f"{self.path}: not a readable .npy file ({_one_line(exc)})")
+        self._check_shape(arr.shape)
+        how = _encodes(arr.dtype, self.dtype)
+        if not how:
+            self._fail(f"{self.path} holds {arr.dtype} values, which cannot encode the "
+                       f"{dtype_name(self.dtype)} that dump.json declares", "dtype_mismatch")
+        arr = np.ascontiguousarray(arr)
+        if how == "bits":
+            return bits_to_bfloat16(arr)
+        if how == "wider":
+            out = arr.astype(bfloat16)
+            if exact:
+                back = out.astype(arr.dtype)
+                same = (back == arr) | (np.isnan(arr) & np.isnan(back))
+                if not same.all():
+                    bad = int(np.flatnonzero(~same.reshape(-1))[0])
+                    self._fail(f"{self.path} holds {arr.dtype} values that are not bfloat16 "
+                               f"values (element {bad}: {arr.reshape(-1)[bad]!r}), though "
+                               "dump.json declares bfloat16")
+            return out
+        return arr.astype(self.dtype, copy=False)
+
+    def _load_pt(self) -> np.ndarray:
+        try:
+            import torch
+        except ImportError:
+            self._fail(f"{self.path}: .pt tensor files need PyTorch, which is not installed "
+                       "(refspec reads them with torch.load(weights_only=True))")
+        try:
+            t = torch.load(self.path, map_location="cpu", weights_only=True)
+        except Exception as exc:
+            self._fail(f"{self.path}: {_one_line(exc)}")
+        if not isinstance(t, torch.Tensor):
+            self._fail(f"{self.path}: holds a {type(t).__name__}, not a tensor")
+        t = t.detach().contiguous()
+        if t.dtype == torch.bfloat16:
+            return t.view(torch.int16).numpy().view(np.uint16).view(bfloat16)
+        try:
+            return t.numpy()
+        except TypeError as exc:
+            self._fail(f"{self.path}: tensor of {t.dtype}: {_one_line(exc)}", "dtype_mismatch")
+
+
+class Dump:
+    """One dump.json: ``path``, ``label`` (its directory relative to the dump root, e.g.
+    ``step0/rank0``), ``step`` and ``rank`` (from step{N} and rank{R}/proc{PID}, or None),
+    ``framework`` and ``data`` (the records)."""
+
+    def __init__(self, path, root=None):
+        self.path = os.fspath(path)
+        self.dir = os.path.dirname(self.path)
+        self.data_dir = os.path.join(self.dir, "dump_tensor_data")
+        root = self.dir if root is None else os.fspath(root)
+        rel = os.path.relpath(self.dir, root)
+        self.label = "." if rel == os.curdir else rel.replace(os.sep, "/")
+        parts = os.path.normpath(self.dir).split(os.sep)
+        self.rank = _number(parts[-1], ("rank", "proc")) if parts else None
+        self.step = _number(parts[-2], ("step",)) if len(parts) > 1 else None
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                doc = json.load(fh)
+        except (OSError, ValueError) as exc:
+            raise DumpError(f"{self.path}: not a readable dump.json ({_one_line(exc)})") from None
+        data = doc.get("data") if isinstance(doc, dict) else None
+        if not isinstance(data, dict):
+            raise DumpError(f"{self.path}: not an msprobe dump.json (no \"data\" object)")
+        self.framework = str(doc.get("framework", ""))
+        self.task = str(doc.get("task", ""))
+        self.data = data
+
+    def __repr__(self):
+        return f"<Dump {self.label}: {len(self.data)} records>"
+
+    def record(self, name: str) -> dict:
+        rec = self.data.get(name)
+        if not isinstance(rec, dict):
+            raise DumpError(f"{self.path}: no record {name!r}", "missing")
+        return rec
+
+    def apis(self) -> dict:
+        """{API name (``NPU.npu_rotary_mul``): {call number: {stage: record name}}}."""
+        out: dict = {}
+        for name in self.data:
+            parts = split_record(name)
+            if parts is not None:
+                api, call, stage = parts
+                out.setdefault(api, {}).setdefault(call, {})[stage] = name
+        return out
+
+    def item(self, record: str, field: str, key):
+        """The JSON item at ``field[key]`` of a record (list position or object key)."""
+        rec = self.record(record)
+        if field not in rec:
+            raise DumpError(f"{self.path}: {record} has no {field!r} (it has: "
+                            f"{', '.join(rec) or 'nothing'})", "missing")
+        items = rec[field]
+        if isinstance(items, dict):
+            if str(key) not in items:
+                raise DumpError(f"{self.path}: {record} {field} has no {key!r} (it has: "
+                                f"{', '.join(items) or 'nothing'})", "missing")
+            return items[str(key)]
+        if not isinstance(items, list) or not isinstance(key, int) or not 0 <= key < len(items):
+            n = len(items) if isinstance(items, list) else 0
+            raise DumpError(f"{self.path}: {record} has no {field}[{key}] ({n} entries)", "missing")
+        return items[key]
+
+    def tensor(self, record: str, field: str, key) -> DumpTensor:
+        """The tensor entry at ``field[key]`` of a record (DumpError if it is not a tensor)."""
+        entry = self.item(record, field, key)
+        if entry is None:
+            raise DumpError(f"{self.path}: {record} {field}[{key}] is null (msprobe records no "
+                            "tensor there)", "missing")
+        if not isinstance(entry, dict) or "dtype" not in entry or "shape" not in entry:
+            raise DumpError(f"{self.path}: {record} {field}[{key}] is not a tensor "
+                            f"({json.dumps(entry)[:80]})", "missing")
+        return DumpTensor(self, record, f"{field}[{key}]", entry)
+
+    def by_data_name(self, data_name: str) -> DumpTensor:
+        """The tensor entry whose data_name is ``data_name``."""
+        for record, rec in self.data.items():
+            if not isinstance(rec, dict):
+                continue
+            for field, items in rec.items():
+                pairs = items.items() if isinstance(items, dict) else (
+                    enumerate(items) if isinstance(items, list) else ())
+                for key, entry in pairs:
+                    if isinstance(entry, dict) and entry.get("data_name") == data_name:
+                        return DumpTensor(self, record, f"{field}[{key}]", entry)
+        raise DumpError(f"{self.path}: no tensor with data_name {data_name!r}", "missing")
+
+
+def open_dumps(path) -> list[Dump]:
+    """Every dump.json under a dump path, read (DumpError if there is none or one is bad)."""
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise DumpError(f"{path}: not a directory (an msprobe dump is DUMP_PATH/step*/rank*/"
+                        "dump.json)", "missing")
+    found = find_dumps(path)
+    if not found:
+        raise DumpError(f"{path}: no dump.json in it, nor in its step*/rank*/ folders", "missing")
+    return [Dump(p, path) for p in found]

@@ -1,0 +1,159 @@
+"""Tensor files a user hands in: raw ``.bin`` and ``.npy`` (spec/dumps.md; docs/real_runs.md).
+
+``.bin`` is what ``ndarray.tofile`` writes: no header, little-endian, C order, bfloat16 as its
+16-bit patterns; its dtype and shape must come from elsewhere, and its byte size must match
+them. ``.npy`` is read with ``allow_pickle=False``; NumPy has no bfloat16, so a bfloat16 array
+appears as uint16 bits (what ``refspec export`` writes) or as 2-byte voids (what ``np.save``
+writes for an ml_dtypes array). :func:`npy_spec` reads only the header, :func:`read_tensor` the
+data. Every problem is a :class:`TensorFileError` naming the file and what was expected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from math import prod
+
+import numpy as np
+
+from ..spec.dtypes import bfloat16, dtype_name
+
+__all__ = ["TensorFileError", "TensorFile", "read_npy_header", "npy_spec", "bin_spec",
+           "read_tensor", "stored_dtype", "real_dtype_of", "bits_to_bfloat16", "sha256_of"]
+
+
+class TensorFileError(ValueError):
+    """A tensor file that cannot be used as described (one line)."""
+
+
+def read_npy_header(path: str):
+    """(shape, fortran_order, stored dtype, data offset) of a .npy file."""
+    try:
+        with open(path, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0)
+            shape, fortran, stored = read(fh)
+            offset = fh.tell()
+    except Exception as exc:  # a corrupt header in any way
+        raise TensorFileError(f"{path}: not a readable .npy file "
+                              f"({' '.join(str(exc).split()) or type(exc).__name__})") from None
+    if stored.hasobject:
+        raise TensorFileError(f"{path}: holds Python objects (pickles are never loaded)")
+    return tuple(int(s) for s in shape), bool(fortran), stored, offset
+
+
+def stored_dtype(real: np.dtype) -> np.dtype:
+    """The little-endian dtype a ``.bin`` stores ``real`` in (uint16 bits for bfloat16)."""
+    dt = np.dtype(np.uint16) if real == bfloat16 else np.dtype(real)
+    return dt.newbyteorder("<") if dt.itemsize > 1 else dt
+
+
+def real_dtype_of(stored: np.dtype, declared: np.dtype | None) -> np.dtype | None:
+    """The real dtype of a .npy's stored dtype: the declared one when the file can hold it
+    (bfloat16 as bfloat16, uint16 or 2-byte void), else None; without a declaration uint16 and
+    2-byte voids are bfloat16 bits and floats are themselves."""
+    stored = np.dtype(stored)
+    bits = stored.kind in "uV" and stored.itemsize == 2 and not stored.fields
+    if declared is None:
+        if bits:
+            return bfloat16
+        if stored.kind == "f" or stored == bfloat16:
+            return np.dtype(stored.newbyteorder("="))
+        return None
+    if declared == bfloat16:
+        return bfloat16 if bits or stored == bfloat16 else None
+    if stored.kind == "f" and stored.itemsize == declared.itemsize and stored != bfloat16:
+        return declared
+    return None
+
+
+@dataclass(frozen=True)
+class TensorFile:
+    """A tensor file as described: ``path``, real ``dtype`` and ``shape``, data ``offset`` and
+    ``stored`` dtype, ``fortran`` order (npy only)."""
+
+    path: str
+    dtype: np.dtype
+    shape: tuple
+    offset: int
+    stored: np.dtype
+    fortran: bool = False
+
+    @property
+    def nbytes(self) -> int:
+        return prod(self.shape) * self.stored.itemsize
+
+
+def _shape_text(shape, dtype) -> str:
+    return f"shape {tuple(shape)} {dtype_name(dtype)}"
+
+
+def npy_spec(path: str, dtype: np.dtype | None = None, shape=None) -> TensorFile:
+    """Describe a .npy file from its header, checked against the ``dtype`` and ``shape`` a
+    description gives (None: take the file's)."""
+    fshape, fortran, stored, offset = read_npy_header(path)
+    real = real_dtype_of(stored, dtype)
+    if real is None:
+        want = f"a {dtype_name(dtype)} array" if dtype is not None else "a floating array"
+        raise TensorFileError(f"{path}: holds {stored}, expected {want}"
+                              + (" (or its uint16 bits)" if dtype == bfloat16 else ""))
+    if shape is not None and tuple(shape) != fshape:
+        raise TensorFileError(f"{path}: shape {fshape}, expected {tuple(shape)}")
+    spec = TensorFile(path, real, fshape, offset, stored, fortran)
+    have = os.path.getsize(path) - offset
+    if have < spec.nbytes:
+        raise TensorFileError(f"{path}: truncated: {have} bytes of data, expected {spec.nbytes} "
+                              f"for {_shape_text(fshape, real)}")
+    return spec
+
+
+def bin_spec(path: str, dtype: np.dtype | None, shape) -> TensorFile:
+    """Describe a raw .bin file of ``dtype`` and ``shape``, checking its byte size."""
+    if dtype is None or shape is None:
+        missing = " and ".join(w for w, v in (("dtype", dtype), ("shape", shape)) if v is None)
+        raise TensorFileError(f"{path}: a raw .bin file has no header: give its {missing}")
+    stored = stored_dtype(dtype)
+    spec = TensorFile(path, np.dtype(dtype), tuple(int(s) for s in shape), 0, stored)
+    size = os.path.getsize(path)
+    if size != spec.nbytes:
+        hint = ""
+        n = prod(spec.shape)
+        if n and size % n == 0 and size != spec.nbytes:
+            per = size // n
+            hint = f"; {per} bytes per element, as if written in a {per * 8}-bit dtype"
+        raise TensorFileError(f"{path}: {size} bytes, expected {spec.nbytes} for "
+                              f"{_shape_text(spec.shape, dtype)}{hint}")
+    return spec
+
+
+def read_tensor(spec: TensorFile) -> np.ndarray:
+    """The array of a described file, in its real dtype, C order."""
+    if spec.fortran and len(spec.shape) > 1:
+        raw = np.ascontiguousarray(np.load(spec.path, allow_pickle=False))
+    else:
+        with open(spec.path, "rb") as fh:
+            fh.seek(spec.offset)
+            raw = np.fromfile(fh, dtype=spec.stored, count=prod(spec.shape))
+        if raw.size != prod(spec.shape):
+            raise TensorFileError(f"{spec.path}: ended early while being read")
+        raw = raw.reshape(spec.shape)
+    if spec.dtype == bfloat16 and raw.dtype != bfloat16:
+        return bits_to_bfloat16(raw)
+    return raw.astype(spec.dtype, copy=False)
+
+
+def bits_to_bfloat16(raw: np.ndarray) -> np.ndarray:
+    """bfloat16 from its 16-bit patterns held as uint16 or 2-byte voids (no rounding)."""
+    raw = np.ascontiguousarray(raw)
+    bits = raw.view("<u2") if raw.dtype.kind == "V" else raw.astype(np.uint16, copy=False)
+    return np.ascontiguousarray(bits, dtype=np.uint16).view(bfloat16)
+
+
+def sha256_of(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
