@@ -1,4 +1,4 @@
-"""Tensor files a user hands in: raw ``.bin`` and ``.npy`` (spec/dumps.md; docs/real_runs.md).
+"""Tensor files a user hands in: raw ``.bin`` and ``.npy`` (docs/real_runs.md).
 
 ``.bin`` is what ``ndarray.tofile`` writes: no header, little-endian, C order, bfloat16 as its
 16-bit patterns; its dtype and shape must come from elsewhere, and its byte size must match
