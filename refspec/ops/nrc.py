@@ -13,7 +13,7 @@ from ..spec.enums import NormType, RopeType
 from ..spec.nrc import (NormRopeConcatGrads, NormRopeConcatOutputs, backward_args, backward_exact,
                         layer_norm, norm_rope_concat, norm_rope_concat_backward)
 from ..spec.nrc_checks import STREAMS, check_nrc_args
-from .record import Operator, Output, SweepAxes, Tensor, TensorPlan, camel_case
+from .record import Autograd, Operator, Output, SweepAxes, Tensor, TensorPlan, camel_case
 from .sampling import NRC_VENDOR, draw, draw_tables, dtype_max
 
 __all__ = ["NRC_GRAD", "NRC", "ROPE_TYPES"]
@@ -260,6 +260,30 @@ def _axes(p: dict, name: str) -> str:
     return "BSN1" if name.endswith(("_mean", "_rstd")) else "BNSD"
 
 
+def _autograd(inputs: dict, attrs: dict) -> Autograd:
+    """NormRopeConcatBackward's gradients are those of NormRopeConcat (eps 1e-5, the default
+    the statistics were computed with) for the upstream gradients of its three outputs. value
+    and encoder_value (present with encoder_key) and, for affine LayerNorm, the biases are not
+    stored with a backward case: zeros of their shape, since no gradient depends on them."""
+    query, key = np.asarray(inputs["query"]), np.asarray(inputs["key"])
+    fwd = {n: inputs[n] for n in ("query", "key", "encoder_query", "encoder_key", "rope_sin",
+                                  "rope_cos") if inputs.get(n) is not None}
+    fwd["value"] = np.zeros(key.shape, key.dtype)
+    if inputs.get("encoder_key") is not None:
+        fwd["encoder_value"] = np.zeros(np.shape(inputs["encoder_key"]), key.dtype)
+    leaves = {n: "grad_" + n for n in ("query", "key", "value", "encoder_query", "encoder_key",
+                                      "encoder_value") if n in fwd}
+    for stream, (type_attr, weight, bias, _, _) in STREAMS.items():
+        if stream in fwd and attrs.get(type_attr) == NormType.AFFINE_LAYER_NORM:
+            fwd[weight] = inputs[weight]
+            fwd[bias] = np.zeros(query.shape[-1:], query.dtype)
+            leaves.update({weight: "grad_" + weight, bias: "grad_" + bias})
+    return Autograd("nrc", fwd, {**{k: attrs[k] for k in _ATTRS}, "eps": 1e-5,
+                                 "is_training": False}, leaves,
+                    {"query_output": "grad_query_output", "key_output": "grad_key_output",
+                     "value_output": "grad_value_output"})
+
+
 _BACKWARD_INPUTS = (("grad_query_output", "grad_key_output", "grad_value_output", "query", "key",
                      "encoder_query", "encoder_key")
                     + tuple(n for spec in STREAMS.values() for n in (spec[1], spec[3], spec[4]))
@@ -282,7 +306,7 @@ NRC_GRAD = Operator(
     attributes=_ATTRS, socs=_SOCS, sweep=_sweep(forward=False), attrs_of=_attrs_of(False),
     plan=_plan(forward=False), sample=_sample(forward=False), check=_check(forward=False),
     terms=_terms_grad, output_axes=_axes_grad, context=_CONTEXT, ratio_level="L2",
-    benchmark=_benchmark_grad, elementwise_sum_abs=_elementwise_grad)
+    benchmark=_benchmark_grad, elementwise_sum_abs=_elementwise_grad, autograd=_autograd)
 
 NRC = Operator(
     id="nrc", function="norm_rope_concat", aclnn="aclnnNormRopeConcat", title="NormRopeConcat",

@@ -22,7 +22,7 @@ import numpy as np
 from ..spec.dtypes import resolve_dtype
 from ..spec.errors import AclnnError
 
-__all__ = ["Tensor", "Output", "TensorPlan", "SweepAxes", "Operator", "camel_case"]
+__all__ = ["Tensor", "Output", "TensorPlan", "SweepAxes", "Autograd", "Operator", "camel_case"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,22 @@ class SweepAxes:
     filters: Mapping[str, str] = field(default_factory=dict)
 
 
+class Autograd(NamedTuple):
+    """How a backward case is reproduced by automatic differentiation of its forward: call the
+    forward operator ``forward`` (a record id) on ``inputs`` with ``attrs``, feed the backward
+    case's upstream gradients to ``backward()`` (``upstream``: forward output name -> the
+    backward input that holds its gradient), and read each backward output as the gradient of a
+    forward input (``leaves``: forward input name -> backward output name). Forward inputs the
+    backward case does not store (NormRopeConcat's value and biases, RoPE's x when absent) are
+    zeros of their shape: the gradients do not depend on them."""
+
+    forward: str
+    inputs: dict
+    attrs: dict
+    leaves: dict
+    upstream: dict
+
+
 def camel_case(name: str) -> str:
     """``grad_query_output`` -> ``gradQueryOutput``: the aclnn spelling of a spec name."""
     head, *rest = name.split("_")
@@ -133,6 +149,8 @@ class Operator:
     elementwise_sum_abs: Callable | None = None
     #: aclnn spellings that vendor files shorten -> the file stem (xOptional -> x)
     file_aliases: Mapping[str, str] = field(default_factory=dict)
+    #: (inputs, attrs) of a backward case -> :class:`Autograd`; None for a forward operator
+    autograd: Callable[[dict, dict], Autograd] | None = None
 
     # --- names -------------------------------------------------------------------------------
     @property

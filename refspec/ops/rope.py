@@ -16,7 +16,7 @@ from ..spec.reduce import broadcast_dims
 from ..spec.rope import (ROPE_BACKWARD, ROPE_FORWARD, rotary_position_embedding,
                          rotary_position_embedding_grad)
 from ..spec.rope_checks import check_rope_args
-from .record import Operator, Output, SweepAxes, Tensor, TensorPlan
+from .record import Autograd, Operator, Output, SweepAxes, Tensor, TensorPlan
 from .sampling import ROPE_VENDOR, draw, draw_tables, dtype_max, stream
 
 __all__ = ["ROPE_GRAD", "ROPE", "MODES", "cos_fits"]
@@ -255,6 +255,17 @@ def _elementwise(grad: bool):
     return sum_abs
 
 
+def _autograd(inputs: dict, attrs: dict) -> Autograd:
+    """dx, dcos, dsin are the gradients of y = RotaryPositionEmbedding(x, cos, sin) for the
+    upstream gradient dy; without x only dx is asked for (it does not depend on x)."""
+    x = inputs.get("x")
+    leaves = {"x": "dx", "cos": "dcos", "sin": "dsin"} if x is not None else {"x": "dx"}
+    if x is None:
+        x = np.zeros(np.shape(inputs["dy"]), np.asarray(inputs["dy"]).dtype)
+    return Autograd("rope", {"x": x, "cos": inputs["cos"], "sin": inputs["sin"]},
+                    {"mode": attrs["mode"]}, leaves, {"y": "dy"})
+
+
 _SOCS = ("A2", "A3", "950", None)
 _CONTEXT = ("mode", "layout", "cos_pattern", "dtype")
 
@@ -278,7 +289,7 @@ ROPE_GRAD = Operator(
     plan=_plan(grad=True), sample=_sample(grad=True), check=_check(grad=True),
     terms=_terms_grad, output_axes=_output_axes, describe=_describe(grad=True),
     context=_CONTEXT, ratio_level="L0", benchmark=_benchmark(grad=True),
-    elementwise_sum_abs=_elementwise(grad=True), file_aliases=_ALIASES)
+    elementwise_sum_abs=_elementwise(grad=True), file_aliases=_ALIASES, autograd=_autograd)
 
 ROPE = Operator(
     id="rope", function="rotary_position_embedding", aclnn="aclnnRotaryPositionEmbedding",
