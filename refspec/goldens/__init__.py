@@ -28,14 +28,15 @@ copy of a ``--jobs`` run's file: ``goldens.pack("run.h5", "self.h5")``.
 from __future__ import annotations
 
 from .format import (BF16_ENCODING, COMPRESSIONS, DEFAULT_COMPRESSION, SCHEMA_VERSION,
-                     GoldenFileError, GoldenFileExistsError, UnknownCaseError, part_path)
+                     GoldenFileDamagedError, GoldenFileError, GoldenFileExistsError,
+                     UnknownCaseError, part_path)
 from .shards import merge, pack
 from .read import ArrayGroup, GoldenCase, GoldenFile, LazyArray, open
 from .write import GoldenWriter
 
 __all__ = [
     "SCHEMA_VERSION", "BF16_ENCODING", "COMPRESSIONS", "DEFAULT_COMPRESSION",
-    "GoldenFileError", "GoldenFileExistsError", "UnknownCaseError",
+    "GoldenFileError", "GoldenFileExistsError", "GoldenFileDamagedError", "UnknownCaseError",
     "GoldenWriter", "GoldenFile", "GoldenCase", "LazyArray", "ArrayGroup",
     "open", "merge", "pack", "part_path",
 ]

@@ -31,6 +31,7 @@ from .. import goldens, ops
 from . import executors, shards
 from .atomic import write_text_atomic
 from .cases import build_case, probe, regenerate_command
+from .format import GoldenFileDamagedError
 from .sweep import Case, Sweep, SweepError
 
 __all__ = ["GenerateError", "GenerateInterrupted", "Summary", "check_expectations", "generate",
@@ -180,7 +181,13 @@ def _write_part(part: _Part) -> Summary:
     file if it exists; stops at a case boundary once ``part.stop_file`` exists."""
     summary = Summary(path=part.path)
     resume = os.path.exists(part.path) or os.path.exists(goldens.part_path(part.path))
-    with part.run.writer(part.path, resume, False, part=part.label) as writer:
+    try:
+        writer = part.run.writer(part.path, resume, False, part=part.label)
+    except GoldenFileDamagedError:
+        # killed before HDF5 wrote a readable file: this part starts again from its first case
+        os.remove(goldens.part_path(part.path))
+        writer = part.run.writer(part.path, False, False, part=part.label)
+    with writer:
         summary.skipped = sum(writer.has_case(c.id) for c in part.cases)
         summary.stopped = not _write(part.run, writer, part.cases, 1, summary,
                                      stop=lambda: os.path.exists(part.stop_file))

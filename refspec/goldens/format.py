@@ -20,7 +20,7 @@ from ..spec.dtypes import bfloat16, dtype_name
 __all__ = [
     "SCHEMA_VERSION", "CASES_GROUP", "CHUNK_BYTES", "MIN_CHUNKED_BYTES", "INDEX_DATASET", "CASE_SUBGROUPS", "BF16_ENCODING",
     "COMPRESSIONS", "DEFAULT_COMPRESSION", "DEFAULT_GZIP_LEVEL", "LIBVER",
-    "GoldenFileError", "GoldenFileExistsError", "UnknownCaseError",
+    "GoldenFileError", "GoldenFileExistsError", "GoldenFileDamagedError", "UnknownCaseError",
     "part_path", "encode_array", "decode_array", "real_dtype", "chunk_shape",
     "compression_filters", "case_path", "check_case_id", "to_jsonable", "attr_value",
     "read_attrs", "atomic_replace",
@@ -72,6 +72,11 @@ class GoldenFileError(OSError):
 
 class GoldenFileExistsError(GoldenFileError, FileExistsError):
     """The output exists and neither force nor resume was asked for."""
+
+
+class GoldenFileDamagedError(GoldenFileError):
+    """A file to resume that HDF5 cannot read (a process killed while HDF5 wrote its
+    metadata, before its first flush, ...)."""
 
 
 class UnknownCaseError(KeyError):

@@ -163,20 +163,25 @@ class LazyArray:
 
 def _raw_extents(ds: h5py.Dataset):
     dsid = ds.id                          # the low-level calls: h5py's properties cost ~40 us each
+    dtype = dsid.dtype
+    if dtype.kind not in "fiu" or dtype.byteorder == ">":
+        return None
     shape = tuple(dsid.shape)
     n = prod(shape)
-    dtype = dsid.dtype
-    itemsize = dtype.itemsize
-    if (n == 0 or dtype.kind not in "fiu" or dtype.byteorder == ">"
-            or h5py.h5i.get_file_id(dsid).get_create_plist().get_userblock()):
+    if n == 0:
         return None
+    off = dsid.get_offset()
+    if off is not None:
+        # contiguous and allocated (HDF5 filters only chunked data); the offset counts from the
+        # start of the file, a user block included
+        return [(0, n, int(off))]
+    itemsize = dtype.itemsize
+    if h5py.h5i.get_file_id(dsid).get_create_plist().get_userblock():
+        return None                       # chunk addresses count from the end of a user block
     dcpl = dsid.get_create_plist()
     if dcpl.get_nfilters():
         return None
     layout = dcpl.get_layout()
-    if layout == h5py.h5d.CONTIGUOUS:
-        off = dsid.get_offset()
-        return None if off is None else [(0, n, int(off))]
     if layout != h5py.h5d.CHUNKED:
         return None
     chunks = dcpl.get_chunk()

@@ -31,8 +31,9 @@ from ..spec.dtypes import dtype_name
 from ..spec.errors import AclnnError
 from ..spec.terms import CLASSES
 from . import index
-from .format import (CASES_GROUP, INDEX_DATASET, LIBVER, SCHEMA_VERSION, DEFAULT_COMPRESSION,
-                     GoldenFileError, GoldenFileExistsError, atomic_replace, attr_value,
+from .format import (CASES_GROUP, CHUNK_BYTES, INDEX_DATASET, LIBVER, MIN_CHUNKED_BYTES,
+                     SCHEMA_VERSION, DEFAULT_COMPRESSION,
+                     GoldenFileDamagedError, GoldenFileError, GoldenFileExistsError, atomic_replace, attr_value,
                      case_path, check_case_id, chunk_shape, compression_filters, dumps_params,
                      encode_array, fsync_path, part_path, to_jsonable)
 
@@ -234,8 +235,8 @@ class GoldenWriter:
         try:
             f = h5py.File(path, mode)
         except OSError as exc:
-            raise GoldenFileError(f"cannot resume: not a readable HDF5 file ({exc}); use --force "
-                                  "to start over", path) from None
+            raise GoldenFileDamagedError(f"cannot resume: not a readable HDF5 file ({exc}); use "
+                                         "--force to start over", path) from None
         try:
             found = {k: attr_value(f.attrs.get(k))
                      for k in ("schema_version", "refspec_version", *SWEEP_ATTRS)}
@@ -453,7 +454,10 @@ class GoldenWriter:
         """What ``group.create_dataset(name, data=data, chunks=chunk_shape(...),
         track_order=True, **filters)`` creates (no filters on contiguous datasets), through
         HDF5's own calls with the creation property lists made once per chunk shape and dtype."""
-        chunks = chunk_shape(data.shape, data.dtype.itemsize)
+        # unfiltered data are chunked only when they span several chunks: one chunk would only
+        # add a chunk index (filters need chunks whatever the size)
+        chunks = chunk_shape(data.shape, data.dtype.itemsize,
+                             min_bytes=MIN_CHUNKED_BYTES if self._filters else CHUNK_BYTES + 1)
         key = (data.ndim, chunks, data.dtype.str)
         dcpl = self._dcpls.get(key)
         if dcpl is None:

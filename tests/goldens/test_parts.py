@@ -204,3 +204,24 @@ def test_dask_cluster_writes_the_same_file(sweep, whole, tmp_path):
         summary = generate(sweep, sweep.cases(), out, scheduler=cluster.scheduler_address)
     assert summary.parts == 8
     assert file_content(out) == whole
+
+
+def test_a_part_file_too_damaged_to_read_is_written_again_on_resume(sweep, whole, tmp_path):
+    """A worker killed before HDF5 wrote a readable file (the first moments of a part) leaves a
+    .part that cannot be opened: resume writes that part again, the others continue."""
+    out = tmp_path / "d.h5"
+    cases = sweep.cases()
+    directory = parts_dir(out)
+    os.makedirs(directory)
+    from refspec.goldens.engine import _plan
+    plan = _plan(cases, directory, 4, resume=False)
+    with open(goldens.part_path(plan[1][0]), "wb") as fh:      # what the kill left behind
+        fh.write(b"\x89HDF\r\n\x1a\n" + bytes(40))
+    summary = generate(sweep, cases, out, jobs=2, resume=True)
+    assert summary.cases == len(cases)
+    assert file_content(out) == whole
+    one = tmp_path / "one.h5"                                   # in one process the user decides
+    with open(goldens.part_path(one), "wb") as fh:
+        fh.write(b"\x89HDF\r\n\x1a\n" + bytes(40))
+    with pytest.raises(goldens.GoldenFileDamagedError, match="not a readable HDF5 file.*--force"):
+        generate(sweep, cases, one, jobs=1, resume=True)
