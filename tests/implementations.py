@@ -1,6 +1,6 @@
 """Device-like implementations of the four operators, and deliberately broken variants.
 
-Written from the spec text (spec/rope.md §2, §5; spec/norm_rope_concat.md §2, §3), independent
+Written from the documented formulas (docs/rope.md §1-§3, §6; docs/norm_rope_concat.md §1-§2), independent
 of refspec's code: inputs widened to float32, float32 arithmetic in another valid order (partner
 index tables instead of chunk/cat, the sin term added first, float32 reductions), one rounding
 to the output dtype: half to even for RotaryPositionEmbedding(+Grad), half away from zero for
@@ -76,7 +76,7 @@ def round_toward_zero(x32: np.ndarray, dtype) -> np.ndarray:
     return r
 
 
-# --- RoPE partner tables (rope.md §2, read element by element) ---------------------------------
+# --- RoPE partner tables (docs/rope.md §1-§3, read element by element) ---------------------------------
 
 def grad_tables(mode: int, D: int):
     """dx[o] = cos[A[o]]*dy[A[o]] + sgn[o]*sin[P[o]]*dy[P[o]]."""
@@ -189,7 +189,7 @@ def rope_forward(x, cos, sin, mode=0, bug=None):
     return {"y": rnd(y, dt)}
 
 
-# --- NormRopeConcat(+Backward) (norm_rope_concat.md §2, §3) --------------------------------------
+# --- NormRopeConcat(+Backward) (docs/norm_rope_concat.md §1, §2) --------------------------------------
 
 _STREAMS = (("query", "norm_type", "norm_query"), ("key", "norm_type", "norm_key"),
             ("encoder_query", "norm_added_type", "norm_added_query"),

@@ -19,7 +19,7 @@ from refspec.spec.nrc_checks import STREAMS
 #: logical sizes used to lay problems out (all distinct, so a swapped axis cannot hide)
 B, N, S = 2, 3, 5
 
-#: the four 4-D-or-TND layouts of rope.md §3
+#: the four 4-D-or-TND layouts of docs/rope.md §4
 LAYOUTS = ("BNSD", "BSND", "SBND", "TND")
 
 #: for 4-D tensors, every combination of "leading cos axis is 1 / equals dy's" (8 patterns)

@@ -16,7 +16,7 @@ from .errors import ParamInvalidError, ParamNullptrError, TilingError
 __all__ = ["as_tensor", "check_soc", "check_attr", "require", "check_out_dtype", "output_dtype"]
 
 
-#: vendor SoC names of the profiles (spec/README.md, "Chip profiles")
+#: vendor SoC names of the profiles (docs/api.md, "Enums and constants")
 VENDOR_SOC_NAMES = {"ASCEND910B": "A2", "ASCEND910_93": "A3", "ASCEND910_95": "950"}
 
 

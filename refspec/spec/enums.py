@@ -44,5 +44,5 @@ class ConcatOrder(IntEnum):
     ENCODER_FIRST = 1
 
 
-#: Chip profiles (spec/README.md): A2 and A3 share every rule; 950 is the arch35 family.
+#: Chip profiles (docs/api.md): A2 and A3 share every rule; 950 is the arch35 family.
 SOCS = ("A2", "A3", "950")

@@ -1,6 +1,6 @@
-"""aclnn status codes as Python exceptions (spec/README.md, "Error codes").
+"""aclnn status codes as Python exceptions (README.md, "Error codes"; docs/api.md, "Errors").
 
-Every rule of the spec pack that rejects an input names the aclnn status an implementation
+Every documented rule that rejects an input names the aclnn status an implementation
 reports; refspec raises the matching subclass of ``AclnnError``.
 """
 

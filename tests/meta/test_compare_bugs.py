@@ -1,11 +1,11 @@
 """Proof (b): deliberately broken implementations fail, on every case where the bug changes
-the result (spec/tolerances.md: "a kernel with any indexing, sign, pairing, layout, broadcast
+the result (docs/compare.md: "a kernel with any indexing, sign, pairing, layout, broadcast
 or rounding-mode bug must fail").
 
 "Changes the result" is decided here without the comparator: a copy output or a 16-bit
 elementwise output with any bit different from the correct device-like output, or any other
 element further from it than twice the published Ascend mixed tolerance (atol + 2*rtol*|g|,
-numbers from the table in spec/tolerances.md). Each bug must change the result on at least
+numbers from the table in docs/compare.md). Each bug must change the result on at least
 one case, so no test is vacuous.
 """
 
@@ -18,7 +18,7 @@ import implementations as impl
 from refspec.comparator import compare
 from case_grids import nrc_cases, rope_cases
 
-#: spec/tolerances.md, Ascend mixed tolerance (rtol = atol)
+#: docs/compare.md, Ascend mixed tolerance (rtol = atol)
 ASCEND = {"float32": 2.0 ** -13, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
 
 

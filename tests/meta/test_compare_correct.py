@@ -1,5 +1,5 @@
 """Proof (a): correct low-precision implementations pass under the default standard with no
-tuning, on every case (spec/tolerances.md: "A correct kernel must pass under the default").
+tuning, on every case (docs/compare.md: "A correct kernel must pass under the default").
 
 The implementations (tests/implementations.py) are device-like and independent of refspec's
 code. Cases: a grid built here with the spec functions (every RoPE mode, layout, broadcast

@@ -10,6 +10,7 @@ from repo_paths import DOCS, README, REPO
 PAGES = sorted(DOCS.glob("*.md")) + [README, REPO / "benchmarks" / "README.md",
                                       REPO / "goldens" / "README.md"]
 SOURCES = sorted((REPO / "refspec").rglob("*.py"))
+TESTS = sorted((REPO / "tests").rglob("*.py"))
 PATH = re.compile(r"(?<![\w./-])((?:refspec|tests|benchmarks|goldens|docs|\.ci)/[\w/.=-]*\w)")
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 SECTION = re.compile(r"(docs/\w+\.md) §(\d+)")
@@ -63,3 +64,9 @@ def test_docstrings_cite_existing_sections():
             assert (REPO / page).exists(), f"{_rel(source)} cites {page}, which does not exist"
             assert number in _sections(page), f"{_rel(source)} cites {page} §{number}: no such section"
     assert len(cited) >= 15
+
+
+@pytest.mark.parametrize("source", TESTS, ids=_rel)
+def test_tests_cite_only_the_repository(source):
+    text = source.read_text(encoding="utf-8")
+    assert not re.search(r"(?<![\w/])spec/\w+\.md|\bspec[ ]pack", text), f"{_rel(source)} cites an outside file"

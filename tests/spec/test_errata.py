@@ -1,4 +1,4 @@
-"""The errata of the spec pack (errata.md E1-E12), each demonstrated where the spec can show it.
+"""The errata (docs/errata.md E1-E12), each demonstrated where the spec can show it.
 
 E1/E2 are statements about the math (the seed's negMask notation against the true gradient);
 E3-E9 and E11 about what the spec accepts or rejects, following the documents where the vendor

@@ -1,4 +1,4 @@
-"""Layout equivalence and layout naming (rope.md §3: "the same logical problem laid out as BNSD,
+"""Layout equivalence and layout naming (docs/rope.md §4: "the same logical problem laid out as BNSD,
 BSND, SBND or TND must give the same numbers after transposition").
 
 One logical (B, N, S, D) problem with a cos/sin broadcast pattern is laid out four ways with
@@ -104,7 +104,7 @@ def test_unknown_layout_is_rejected():
         refspec.to_layout(np.zeros(LOGICAL), "NBSD")
 
 
-# The documented table (rope.md §3) on A2: (layout, logical keep of B, N, S) -> inferred name.
+# The documented table (docs/rope.md §4) on A2: (layout, logical keep of B, N, S) -> inferred name.
 # Rule 1 names a full-shape cos "BSND" whatever the real layout (it needs no reduction).
 A2_TABLE = [
     # layout, keep(B, N, S), modes, inferred (layout, pattern)

@@ -1,4 +1,4 @@
-"""NormRopeConcatBackward against finite differences of NormRopeConcat (norm_rope_concat.md §2, §3).
+"""NormRopeConcatBackward against finite differences of NormRopeConcat (docs/norm_rope_concat.md §1, §2).
 
 With output gradients gq, gk, gv the scalar L(theta) = <gq, query_output> + <gk, key_output> +
 <gv, value_output> has directional derivative sum_i <grad_i, delta_i> along any direction delta of

@@ -1,4 +1,4 @@
-"""Adjoint identity for RotaryPositionEmbeddingGrad (rope.md §2; design note 9).
+"""Adjoint identity for RotaryPositionEmbeddingGrad (docs/rope.md §1-§3; design note 9).
 
 RoPE is linear in x, in cos and in sin separately, so with J_x, J_cos, J_sin the Jacobians of the
 forward ``y = rotary_position_embedding(x, cos, sin, mode)``:
@@ -68,7 +68,7 @@ def test_adjoint_dx_dcos_dsin(rng, mode, layout, shape, cshape):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("layout, shape, cshape", rope_case_params(D))
 def test_dcos_dsin_absent_without_x(rng, mode, layout, shape, cshape):
-    """x absent (xOptional null): same dx, and dcos, dsin are None (rope.md §1)."""
+    """x absent (xOptional null): same dx, and dcos, dsin are None (docs/rope.md, Parameters)."""
     dy, x, cos, sin = draw(rng, shape, cshape)
     with_x = refspec.rotary_position_embedding_grad(dy, cos, sin, x, mode, out_dtype=F64)
     dx, dcos, dsin = refspec.rotary_position_embedding_grad(dy, cos, sin, None, mode, out_dtype=F64)
@@ -88,7 +88,7 @@ def test_adjoint_is_exact_basis_by_basis(rng, mode):
 
 
 def test_adjoint_check_rejects_peer_formula(rng):
-    """The check has teeth: the peers' dx (forward with sin negated, rope.md §2 note) violates
+    """The check has teeth: the peers' dx (forward with sin negated, docs/rope.md §3 note) violates
     the identity when the halves of cos/sin differ, and satisfies it when they are duplicates."""
     shape, cshape = (2, 3, 5, 8), (1, 1, 5, 8)
     dy, _x, cos, sin = draw(rng, shape, cshape)

@@ -1,11 +1,11 @@
-"""The four RoPE modes against each other and against the prose of rope.md §2.
+"""The four RoPE modes against each other and against the prose of docs/rope.md §1-§3.
 
 - quarter (mode 2) is half mode (mode 0) applied to each D/2 half with the matching cos/sin halves;
 - interleave (mode 1) is half mode in the pair order z'[2i] = z[i], z'[2i+1] = z[i + D/2];
 - interleave-half (mode 3) is half mode on the de-interleaved x = cat(even(x), odd(x)), and its dx
   is re-interleaved;
 - the rotation of every mode, element by element as the prose states it (position-coded x);
-- NormRopeConcat's ropeType 1 is mode 1 and ropeType 2 is mode 0 (norm_rope_concat.md §1).
+- NormRopeConcat's ropeType 1 is mode 1 and ropeType 2 is mode 0 (docs/norm_rope_concat.md, Parameters).
 Forward and backward (dx, dcos, dsin) are checked; all float64.
 """
 
@@ -86,7 +86,7 @@ def test_interleave_half_is_half_on_deinterleaved_x(data):
 
 
 def prose_rotation(x, mode):
-    """rot of rope.md §2 written element by element (mode 3: part2)."""
+    """rot of docs/rope.md §1-§3 written element by element (mode 3: part2)."""
     rot = np.empty_like(x)
     h, q = D // 2, D // 4
     for i in range(D):

@@ -1,4 +1,4 @@
-"""Tolerance metadata (refspec.terms; tolerances.md "Policy"): classes, K and sum of |terms|.
+"""Tolerance metadata (refspec.spec.terms; docs/compare.md, "Judging"): classes, K and sum of |terms|.
 
 For every reduction output: K equals the number of reduced terms (counted here from the shapes),
 the per-element S = sum |terms| bounds the exact value (S >= |exact|), and S equals the exact value
@@ -22,7 +22,7 @@ D = 8
 
 
 def rot_sign(mode):
-    """Sign of the rotation term at each position for x > 0 (rope.md §2: the -x2, -x4 parts)."""
+    """Sign of the rotation term at each position for x > 0 (docs/rope.md §1-§3: the -x2, -x4 parts)."""
     pos = np.arange(D)
     neg = {0: pos < D // 2, 1: pos % 2 == 0, 2: (pos // (D // 4)) % 2 == 0, 3: pos < D // 2}[mode]
     return np.where(neg, -1.0, 1.0)

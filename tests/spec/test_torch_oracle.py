@@ -1,7 +1,7 @@
 """PyTorch autograd as an independent oracle (skipped when torch is not installed).
 
-The forwards below are written directly from the spec pack in torch (rope.md §2 "Forward, per
-mode"; norm_rope_concat.md §2 "Dataflow"), without calling refspec; their gradients come from
+The forwards below are written directly from the documented formulas in torch (docs/rope.md §2 "Forward, per
+mode"; docs/norm_rope_concat.md §1 "Forward dataflow"), without calling refspec; their gradients come from
 autograd. Everything is float64 and compared with refspec's forward and backward: RoPE for every
 mode and every layout/cos pattern, NormRopeConcat for all 54 attribute combinations with and
 without encoder streams.

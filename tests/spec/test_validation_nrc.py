@@ -1,4 +1,4 @@
-"""Every validation rule of norm_rope_concat.md §4 triggers the documented error.
+"""Every validation rule of docs/norm_rope_concat.md §3 triggers the documented error.
 
 Each row starts from a valid call (all streams, LayerNorm with affine weights on both, half RoPE,
 float32 on profile A2) and breaks exactly one rule; the test checks the error class, the aclnn
@@ -143,7 +143,7 @@ REJECTED = [
     row("soc-950", *INVALID, "soc", soc="950"),
     row("soc-950", *INVALID, "soc", op="fwd", soc="950"),
     row("soc-unknown", *INVALID, "soc", soc="A5"),
-    # forward-only attributes (not in the spec pack; the spec checks what the math needs)
+    # forward-only attributes (not in the documents; the spec checks what the math needs)
     row("eps-negative", *INVALID, "eps", op="fwd", eps=-1e-5),
     row("eps-nan", *INVALID, "eps", op="fwd", eps=float("nan")),
     row("eps-string", *INVALID, "eps", op="fwd", eps="1e-5"),

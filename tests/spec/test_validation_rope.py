@@ -1,4 +1,4 @@
-"""Every validation rule of rope.md §4 (and the layout rules of §3) triggers the documented error.
+"""Every validation rule of docs/rope.md §5 (and the layout rules of docs/rope.md §4) triggers the documented error.
 
 Each row calls RotaryPositionEmbedding or RotaryPositionEmbeddingGrad with exactly one rule broken
 and checks the error class, the aclnn code and that the message starts with the argument's name.
@@ -177,7 +177,7 @@ def test_boundary_accepted(kw):
         assert dcos.shape == kw.get("cshape", C11SD)
 
 
-# --- the A2/A3 layout inference rules of rope.md §3, one by one ------------------------------
+# --- the A2/A3 layout inference rules of docs/rope.md §4, one by one ------------------------------
 
 HALF_RULES = [
     # rule, dy shape, cos shape, (layout, pattern) or None for rejected
