@@ -12,10 +12,11 @@ records are those of ``refspec.ops.rope`` and ``refspec.ops.nrc``.
 from __future__ import annotations
 
 from .nrc import NRC, NRC_GRAD
-from .record import Operator, Output, SweepAxes, Tensor, TensorPlan, camel_case, check_names
+from .record import (Autograd, Operator, Output, SweepAxes, Tensor, TensorPlan, camel_case,
+                     check_names)
 from .rope import ROPE, ROPE_GRAD
 
-__all__ = ["Operator", "Tensor", "Output", "TensorPlan", "SweepAxes", "camel_case", "OPERATORS",
+__all__ = ["Operator", "Tensor", "Output", "TensorPlan", "SweepAxes", "Autograd", "camel_case", "OPERATORS",
            "get", "ids", "find", "register", "unregister"]
 
 #: the registered operators by short id, in registration order

@@ -264,7 +264,10 @@ def _autograd(inputs: dict, attrs: dict) -> Autograd:
     """NormRopeConcatBackward's gradients are those of NormRopeConcat (eps 1e-5, the default
     the statistics were computed with) for the upstream gradients of its three outputs. value
     and encoder_value (present with encoder_key) and, for affine LayerNorm, the biases are not
-    stored with a backward case: zeros of their shape, since no gradient depends on them."""
+    stored with a backward case: zeros of their shape, since no gradient depends on them. The
+    weight and bias gradients of an affine LayerNorm are outputs even when the stream is absent
+    (then zero). With a normalised stream the forward runs in training mode: its own mean and
+    rstd are what its backward uses (``saved``)."""
     query, key = np.asarray(inputs["query"]), np.asarray(inputs["key"])
     fwd = {n: inputs[n] for n in ("query", "key", "encoder_query", "encoder_key", "rope_sin",
                                   "rope_cos") if inputs.get(n) is not None}
@@ -274,14 +277,17 @@ def _autograd(inputs: dict, attrs: dict) -> Autograd:
     leaves = {n: "grad_" + n for n in ("query", "key", "value", "encoder_query", "encoder_key",
                                       "encoder_value") if n in fwd}
     for stream, (type_attr, weight, bias, _, _) in STREAMS.items():
-        if stream in fwd and attrs.get(type_attr) == NormType.AFFINE_LAYER_NORM:
-            fwd[weight] = inputs[weight]
-            fwd[bias] = np.zeros(query.shape[-1:], query.dtype)
+        if attrs.get(type_attr) == NormType.AFFINE_LAYER_NORM:     # also for an absent stream
+            zeros = np.zeros(query.shape[-1:], query.dtype)        # (its gradients are zero)
+            fwd[weight] = inputs[weight] if inputs.get(weight) is not None else zeros
+            fwd[bias] = zeros
             leaves.update({weight: "grad_" + weight, bias: "grad_" + bias})
+    saved = {n: n for stream, spec in STREAMS.items() if stream in fwd and attrs.get(spec[0])
+             for n in spec[3:]}
     return Autograd("nrc", fwd, {**{k: attrs[k] for k in _ATTRS}, "eps": 1e-5,
-                                 "is_training": False}, leaves,
+                                 "is_training": bool(saved)}, leaves,
                     {"query_output": "grad_query_output", "key_output": "grad_key_output",
-                     "value_output": "grad_value_output"})
+                     "value_output": "grad_value_output"}, saved)
 
 
 _BACKWARD_INPUTS = (("grad_query_output", "grad_key_output", "grad_value_output", "query", "key",

@@ -93,13 +93,17 @@ class Autograd(NamedTuple):
     backward input that holds its gradient), and read each backward output as the gradient of a
     forward input (``leaves``: forward input name -> backward output name). Forward inputs the
     backward case does not store (NormRopeConcat's value and biases, RoPE's x when absent) are
-    zeros of their shape: the gradients do not depend on them."""
+    zeros of their shape: the gradients do not depend on them. ``saved``: forward outputs that
+    the backward takes as inputs (NormRopeConcat's mean and rstd; forward output name ->
+    backward input name): the forward's own values of them are what its autograd backward
+    uses, so the reference is the backward at those values."""
 
     forward: str
     inputs: dict
     attrs: dict
     leaves: dict
     upstream: dict
+    saved: dict = {}
 
 
 def camel_case(name: str) -> str:
