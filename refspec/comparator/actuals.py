@@ -14,6 +14,7 @@ msprobe dump directory (:mod:`refspec.compare.msprobe`), or Python arrays.
 from __future__ import annotations
 
 import os
+import threading
 from math import prod
 
 import h5py
@@ -22,6 +23,7 @@ import numpy as np
 from .. import ops
 from ..goldens.format import BF16_ENCODING
 from ..spec.dtypes import bfloat16, dtype_name
+from .blocks import thread_buffer
 
 __all__ = ["Problem", "ActualArray", "ArrayActual", "RawFileActual", "H5Actual", "ActualSource",
            "TreeSource", "NpzSource", "H5Source", "MemorySource", "decode_dtype", "file_names",
@@ -70,12 +72,15 @@ class RawFileActual(ActualArray):
     def __init__(self, source: str, path: str, offset: int, stored: np.dtype, shape, dtype):
         super().__init__(source, shape, dtype)
         self.path, self.offset, self.stored = path, offset, np.dtype(stored)
+        self._local = threading.local()
 
     def read(self, key, flat_start, count):
-        with open(self.path, "rb") as fh:
+        """The block, read into this thread's buffer (valid until the thread's next read)."""
+        raw = thread_buffer(self._local, self.stored, count)
+        with open(self.path, "rb", buffering=0) as fh:
             fh.seek(self.offset + flat_start * self.stored.itemsize)
-            raw = np.fromfile(fh, dtype=self.stored, count=count)
-        if raw.size != count:
+            got = fh.readinto(memoryview(raw.view(np.uint8))) if count else 0
+        if got != count * self.stored.itemsize:
             raise OSError(f"{self.path}: file ended early (truncated while reading?)")
         shape = _key_shape(key, self.shape)
         return _decode(raw, self.dtype).reshape(shape)

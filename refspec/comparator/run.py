@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -22,7 +23,11 @@ from .naming import context_of
 from .report import OutputResult, Report
 from .standards import RATIO_LEVELS, STANDARD_NAMES, resolve_rule
 
-__all__ = ["compare", "open_source", "CompareUsageError"]
+__all__ = ["compare", "open_source", "CompareUsageError", "MAX_THREADS"]
+
+#: threads that judge the blocks of one output side by side (at most the CPUs this process
+#: may use)
+MAX_THREADS = 4
 
 
 class CompareUsageError(ValueError):
@@ -115,8 +120,11 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
     overrides = {k: v for k, v in (("rtol", rtol), ("atol", atol)) if v is not None}
     report = Report(golden=label, actual=getattr(source, "path", str(actual)), standard=standard,
                     overrides=overrides, saturation=saturation)
+    threads = min(len(os.sched_getaffinity(0)), MAX_THREADS) if fast else 1
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="refspec-compare") if threads > 1 \
+        else None
     opts = JudgeOptions(standard, rtol, atol, saturation, top, ratio_level, heatmap_axes, heatmaps,
-                        fast=fast)
+                        fast=fast, pool=pool)
     try:
         for i, case in enumerate(case_iter):
             if getattr(case, "expected_error", None) is not None:
@@ -128,6 +136,8 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
             if progress is not None:
                 progress(i + 1, n_cases, case.case_id)
     finally:
+        if pool is not None:
+            pool.shutdown()
         close()
         source.close()
     report.elapsed = time.perf_counter() - t0
