@@ -34,7 +34,7 @@ __all__ = ["fused_block", "ulp_table", "KIND", "FLAGS", "PARAMS", "INTS", "FLOAT
 KIND = {"float32": 0, "float16": 1, "bfloat16": 2, "float64": 3}
 #: positions in the int64 ``flags`` argument
 FLAGS = ("has_rule", "bitwise", "has_rtol", "data_atol", "hard_bound", "rounding_gate",
-         "eval_bound", "top", "heat")
+         "eval_bound", "top", "heat", "exempt_rounded")
 #: positions in the float64 ``params`` argument
 PARAMS = ("rtol", "atol", "c_sqrt_k", "gamma", "underflow", "gate_slack", "gamma_e",
           "eval_underflow", "overflow", "sv", "e_small", "mant", "lowest")
@@ -150,7 +150,7 @@ def fused_block(a, e, g, S, kind, flags, params, table, flat0, heat, geom, ints,
     st[9] = -1.0
     ist = np.zeros(8, np.int64)
     H = np.zeros((8, hist.size), np.int64)
-    bitwise = flags[0] != 0 and flags[1] != 0
+    bitwise = flags[0] != 0 and (flags[1] != 0 or flags[9] != 0)
     overflow = params[8]
     for c0 in range(0, n, CHUNK):
         c1 = min(c0 + CHUNK, n)
@@ -269,6 +269,12 @@ def _chunk(A, E, G, Sx, m, has_S, mapped, I, c0, kind, flags, params, table, fla
             eb += eval_uf
             t = (eb if eb > t else t) if evalb else t
             BAD[k] = 0.0 if ad == 0.0 else ad / t
+        if flags[9] != 0:                # the rounded golden's own value passes
+            for k in range(m):
+                av = A[k]
+                ev = E[k]
+                same = (ev == av) & (math.copysign(1.0, ev) == math.copysign(1.0, av))
+                BAD[k] = 0.0 if same else BAD[k]
     # histogram bins: the biased exponent of (bits of ulps + mantissa mask) is
     # 1023 + ceil(log2 ulps)
     for k in range(m):

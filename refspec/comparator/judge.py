@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from concurrent.futures import wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 
 import numpy as np
@@ -71,7 +71,7 @@ class BlockJudge:
         self.acc = acc
         self.saturation = saturation
         r = rule
-        self.needs_expected = bool(r and r.bitwise)
+        self.needs_expected = bool(r and (r.bitwise or r.exempt_rounded))
         self.uses_sum_abs = bool(r and (r.data_atol or r.hard_bound or r.eval_bound))
         k = self.K + TERM_ROUNDINGS
         self.gamma = k * U_ACC / (1 - k * U_ACC) if k * U_ACC < 1 else math.inf
@@ -105,7 +105,7 @@ class BlockJudge:
         if r is not None:
             on.update(bitwise=r.bitwise, has_rtol=r.rtol is not None, data_atol=r.data_atol,
                       hard_bound=r.hard_bound, rounding_gate=r.rounding_gate,
-                      eval_bound=r.eval_bound)
+                      eval_bound=r.eval_bound, exempt_rounded=r.exempt_rounded)
             params[PARAMS.index("rtol")] = r.rtol or 0.0
             params[PARAMS.index("atol")] = r.atol or 0.0
         for k, v in on.items():
@@ -218,7 +218,11 @@ class BlockJudge:
                 eb += 0.5 * ulp
                 eb += ELEMENT_ROUNDINGS * UNDERFLOW
                 bad = np.minimum(bad, _ratio(ad, eb))
-        return np.zeros_like(ad) if bad is None else bad
+        if bad is None:
+            return np.zeros_like(ad)
+        if r.exempt_rounded:
+            bad[bits_of(a) == bits_of(e)] = 0.0
+        return bad
 
     def _special(self, flat0, where, a, gs):
         """Non-numeric elements at positions ``where`` of a block: a and g their values."""
@@ -370,8 +374,10 @@ def judge_output(case, name: str, actual, rule: Rule, opts: JudgeOptions, contex
     res.metrics = m
     if rule.ratio_level:
         _verdict_ratio(res, m, bench_acc.finish(), rule)
-    else:
-        _verdict(res, m, rule)
+        return res
+    _verdict(res, m, rule)
+    if res.status == "fail" and not rule.bitwise and not rule.exempt_rounded:
+        _check_attainable(res, case, name, actual, rule, opts, context, sum_abs)
     return res
 
 
@@ -398,6 +404,29 @@ def in_order(pool, fn, items, ahead: int = 4):
         for f in pending:
             f.cancel()
         wait(pending)
+
+
+def _check_attainable(res, case, name, actual, rule, opts, context, sum_abs) -> None:
+    """A failing output judged again with the elements that equal the golden rounded to the
+    output dtype exempt (:attr:`Rule.exempt_rounded`): when that passes, every failing element
+    is the correctly rounded value, so the standard asks for more than the dtype can hold and
+    the status is ``too_strict`` (docs/compare.md, "Too strict")."""
+    again = judge_output(case, name, actual, replace(rule, exempt_rounded=True),
+                         replace(opts, top=0, heatmaps=False), context, None, sum_abs)
+    if again.metrics is None:
+        return
+    m = res.metrics
+    rounded = m.failures - again.metrics.failures
+    res.golden_failures = rounded
+    if again.status == "pass":
+        res.status = "too_strict"
+        res.reason = (f"{rounded} of {m.n} elements over the standard, each equal to the golden "
+                      f"rounded to {res.dtype}: the standard is stricter than {res.dtype} can "
+                      "represent there (not a kernel failure)")
+        res.message = f"{res.message} [standard stricter than {res.dtype}]"
+    elif rounded:
+        res.reason += (f" ({rounded} of them equal the golden rounded to {res.dtype}: the "
+                       "standard is stricter than the dtype there)")
 
 
 def _one_line(exc) -> str:
