@@ -127,11 +127,17 @@ def decode_dtype(stored: np.dtype, golden: np.dtype) -> str | None:
     if golden == bfloat16:
         if stored == bfloat16 or (stored.kind in "uV" and stored.itemsize == 2 and not stored.fields):
             return None
+        hint = ("; float16 and bfloat16 are both 2 bytes: was float16 written where bfloat16 "
+                "is expected?" if stored.kind == "f" and stored.itemsize == 2 else "")
         return (f"dtype {_name(stored)} but the golden output is bfloat16 "
-                "(accepted: bfloat16, uint16 bits, 2-byte void)")
+                f"(accepted: bfloat16, uint16 bits, 2-byte void){hint}")
     if stored.kind == "f" and stored.itemsize == golden.itemsize and stored != bfloat16:
         return None
-    return f"dtype {_name(stored)} but the golden output is {dtype_name(golden)}"
+    hint = ""
+    if golden == np.dtype(np.float16) and stored.itemsize == 2:
+        hint = ("; bfloat16 is saved as uint16 bits or a 2-byte void, and float16 and bfloat16 "
+                "are both 2 bytes: was bfloat16 written where float16 is expected?")
+    return f"dtype {_name(stored)} but the golden output is {dtype_name(golden)}{hint}"
 
 
 def _name(dt: np.dtype) -> str:

@@ -20,7 +20,7 @@ from math import prod
 
 import numpy as np
 
-from ..spec.dtypes import dtype_name, round_to
+from ..spec.dtypes import dtype_name, resolve_dtype, round_to
 from .actuals import Problem
 from .blocks import COMPUTE_ELEMENTS, READ_ELEMENTS, BlockReader, plan_blocks
 from .floatinfo import U_ACC, bits_of, float_info, ulp_at
@@ -378,6 +378,8 @@ def judge_output(case, name: str, actual, rule: Rule, opts: JudgeOptions, contex
     _verdict(res, m, rule)
     if res.status == "fail" and not rule.bitwise and not rule.exempt_rounded:
         _check_attainable(res, case, name, actual, rule, opts, context, sum_abs)
+    if res.status == "fail":
+        res.hint = _dtype_hint(actual, info, exact, plan)
     return res
 
 
@@ -427,6 +429,41 @@ def _check_attainable(res, case, name, actual, rule, opts, context, sum_abs) -> 
     elif rounded:
         res.reason += (f" ({rounded} of them equal the golden rounded to {res.dtype}: the "
                        "standard is stricter than the dtype there)")
+
+
+#: the two 16-bit dtypes a kernel may confuse: the bits of one read as the other
+_TWINS = {"float16": "bfloat16", "bfloat16": "float16"}
+_HINT_SAMPLE = 1 << 16
+
+
+def _dtype_hint(actual, info, exact, plan) -> str:
+    """When a failing float16 output is much closer to the golden with its bits read as
+    bfloat16 (or the reverse), say so: both are 2 bytes, so a raw file cannot tell them apart.
+    Judged on the first elements (at most 2^16), within the twin dtype's Ascend numbers."""
+    twin = _TWINS.get(info["dtype_name"])
+    if twin is None or not plan:
+        return ""
+    key, flat0, count = plan[0]
+    try:
+        a = np.ascontiguousarray(actual.read(key, flat0, count)).reshape(-1)[:_HINT_SAMPLE]
+        g = np.asarray(exact[key], dtype=np.float64).reshape(-1)[:a.size]
+    except Exception:
+        return ""
+
+    def close(values, dtype_name):
+        tol = 2.0 ** -7 if dtype_name == "bfloat16" else 2.0 ** -10
+        with np.errstate(all="ignore"):
+            ok = np.abs(values - g) <= tol + tol * np.abs(g)
+        return float(np.mean(ok | (np.isnan(values) & np.isnan(g))))
+
+    as_is = close(a.astype(np.float64), info["dtype_name"])
+    other = a.view(np.uint16).view(resolve_dtype(twin)).astype(np.float64)
+    as_twin = close(other, twin)
+    if as_twin >= 0.99 and as_twin > as_is + 0.5:
+        return (f"read as {twin}, {as_twin:.0%} of the first {a.size} elements are within "
+                f"{twin}'s tolerance (as {info['dtype_name']}: {as_is:.0%}): was {twin} written "
+                f"where {info['dtype_name']} is expected?")
+    return ""
 
 
 def _one_line(exc) -> str:
