@@ -23,6 +23,8 @@ __all__ = ["plan_blocks", "BlockReader", "thread_buffer", "READ_ELEMENTS", "COMP
 #: elements per read: 1 MiB of float64 golden per block, so a block read into a reused buffer
 #: is still in the core's second-level cache when it is judged
 READ_ELEMENTS = 1 << 17
+#: smaller datasets are read through h5py (finding their raw extents costs more than it saves)
+RAW_MIN_ELEMENTS = 1 << 16
 #: elements per compute step inside a block (cache-sized temporaries)
 COMPUTE_ELEMENTS = 1 << 16
 
@@ -73,7 +75,8 @@ class BlockReader:
         self._runs = None
         self._local = threading.local()
         extents = None
-        if hasattr(arr, "raw_extents") and (self.dtype is None or self.dtype == arr.dtype):
+        if hasattr(arr, "raw_extents") and (self.dtype is None or self.dtype == arr.dtype) \
+                and arr.size >= RAW_MIN_ELEMENTS:
             extents = arr.raw_extents()
         if extents:
             itemsize = np.dtype(arr.dtype).itemsize

@@ -27,7 +27,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-__all__ = ["fused_block", "ulp_table", "KIND", "FLAGS", "PARAMS", "INTS", "FLOATS", "ELEMENT",
+__all__ = ["fused_block", "KIND", "FLAGS", "PARAMS", "INTS", "FLOATS", "ELEMENT",
            "CHUNK"]
 
 #: codes of the output dtypes (how the kernel decodes an actual's bits)
@@ -49,14 +49,6 @@ _MANT64 = (1 << 52) - 1
 _EXP_MASK = 0x7FF
 _LO = 1022                 # biased exponent of the histogram's bin (0, 1/2]
 _NBINS = 24                # ulp histogram bins (refspec.comparator.metrics)
-
-
-def ulp_table(mant: int, emin: int) -> np.ndarray:
-    """Spacing of a dtype with ``mant`` significand bits and smallest normal exponent ``emin``
-    for each biased float64 exponent b of |g|: 2^(max(b - 1023, emin) - mant) (the spacing of
-    the binade [2^e, 2^(e+1)), the subnormal spacing below the normal range; docs/compare.md,
-    "ulps"). Same values as :func:`refspec.comparator.floatinfo.ulp_at`."""
-    return np.array([math.ldexp(1.0, max(b - 1023, emin) - mant) for b in range(2048)])
 
 
 @intrinsic
@@ -119,12 +111,11 @@ CHUNK = 512
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def fused_block(a, e, g, S, kind, flags, params, table, flat0, heat, geom, ints, floats, hist,
+def fused_block(a, e, g, S, kind, flags, params, flat0, heat, geom, ints, floats, hist,
                 top, elems, special):
     """One block: ``a`` the actual's bits, ``e`` the rounded golden's bits (copies; else
     empty), ``g`` the exact golden, ``S`` the sums of |terms| (empty when unused), all C order
-    from flat index ``flat0``; ``table`` the dtype's spacing by biased exponent
-    (:func:`ulp_table`). Results go to ``ints``/``floats`` (:data:`INTS`, :data:`FLOATS`),
+    from flat index ``flat0``; ``kind`` the output dtype's code (:data:`KIND`). Results go to ``ints``/``floats`` (:data:`INTS`, :data:`FLOATS`),
     ``hist`` (ulp histogram), ``top`` (rows :data:`ELEMENT`, best first), ``elems`` (rows of the
     max |a - g| and the max relative error), ``special`` (positions of non-numeric elements;
     ``ints[5]`` says how many, also beyond its size) and, when ``flags[8]``, ``heat`` (max
@@ -155,17 +146,12 @@ def fused_block(a, e, g, S, kind, flags, params, table, flat0, heat, geom, ints,
     for c0 in range(0, n, CHUNK):
         c1 = min(c0 + CHUNK, n)
         m = c1 - c0
-        nn = 0
-        for k in range(m):
-            av = _decode(a[c0 + k], kind)
-            A[k] = av
-            nn += (not math.isfinite(av)) | (not abs(g[c0 + k]) < overflow)
+        nn = _decode_run(a, g, c0, m, kind, A, overflow)
         if bitwise:
-            for k in range(m):
-                E[k] = _decode(e[c0 + k], kind)
+            _decode_run(e, g, c0, m, kind, E, overflow)
         if nn == 0:
             _chunk(A, E, g[c0:c1], S[c0:c1] if has_S else g[c0:c1], m, has_S, False, I, c0,
-                   kind, flags, params, table, flat0, heat, geom, st, ist, H, top, elems,
+                   kind, flags, params, flat0, heat, geom, st, ist, H, top, elems,
                    BAD, B)
             continue
         q = 0
@@ -185,7 +171,7 @@ def fused_block(a, e, g, S, kind, flags, params, table, flat0, heat, geom, ints,
                 ist[5] += 1
         if q:
             _chunk(A[:q], E[:q], G[:q], SB[:q], q, has_S, True, I, c0, kind, flags, params,
-                   table, flat0, heat, geom, st, ist, H, top, elems, BAD, B)
+                   flat0, heat, geom, st, ist, H, top, elems, BAD, B)
     for k in range(7):
         ints[k] = ist[k]
     for r in range(8):
@@ -199,18 +185,47 @@ def fused_block(a, e, g, S, kind, flags, params, table, flat0, heat, geom, ints,
 
 
 @njit(inline="always")
-def _spacing(gv, kind, table, mant, lowest):
-    """(spacing of the dtype at |g|, its inverse) from the exponent bits of g; for float64
-    from ``table`` (the inverse of the subnormal spacing is not a float64: inverse 0, divide)."""
+def _decode_run(bits, g, c0, m, kind, out, overflow):
+    """``out[:m]`` = elements c0 .. c0+m-1 of ``bits`` decoded; returns how many of them are
+    not numeric (a NaN or an infinity, or a golden ``g`` that rounds to an infinity). One loop
+    per dtype, so each is free of the dtype test and vectorises."""
+    nn = 0
+    if kind == 0:
+        for k in range(m):
+            av = _decode(bits[c0 + k], 0)
+            out[k] = av
+            nn += (not math.isfinite(av)) | (not abs(g[c0 + k]) < overflow)
+    elif kind == 1:
+        for k in range(m):
+            av = _decode(bits[c0 + k], 1)
+            out[k] = av
+            nn += (not math.isfinite(av)) | (not abs(g[c0 + k]) < overflow)
+    elif kind == 2:
+        for k in range(m):
+            av = _decode(bits[c0 + k], 2)
+            out[k] = av
+            nn += (not math.isfinite(av)) | (not abs(g[c0 + k]) < overflow)
+    else:
+        for k in range(m):
+            av = _decode(bits[c0 + k], 3)
+            out[k] = av
+            nn += (not math.isfinite(av)) | (not abs(g[c0 + k]) < overflow)
+    return nn
+
+
+@njit(inline="always")
+def _spacing(gv, mant, lowest):
+    """The spacing of the dtype at |g| (docs/compare.md, "ulps"): 2^k with k = max(e, emin) -
+    mant for |g| in [2^e, 2^(e+1)), built from the exponent bits of g (``lowest`` = emin + 1023;
+    below 2^-1022 the power of two is a float64 subnormal). Same value as
+    :func:`refspec.comparator.floatinfo.ulp_at`."""
     b = (_f64_bits(gv) >> 52) & _EXP_MASK
-    if kind == 3:
-        return table[b], 0.0
-    eb = b if b > lowest else lowest
-    return _bits_f64(np.int64((eb - mant) << 52)), _bits_f64(np.int64((2046 + mant - eb) << 52))
+    k = (b if b > lowest else lowest) - 1023 - mant
+    return _bits_f64(np.int64(((k + 1023) << 52) if k >= -1022 else (1 << (k + 1074))))
 
 
 @njit(nogil=True, error_model="numpy")
-def _chunk(A, E, G, Sx, m, has_S, mapped, I, c0, kind, flags, params, table, flat0, heat,
+def _chunk(A, E, G, Sx, m, has_S, mapped, I, c0, kind, flags, params, flat0, heat,
            geom, st, ist, hist, top, elems, BAD, B):
     """The ``m`` numeric elements ``A`` (decoded actual), ``G`` (exact golden), ``Sx`` (sums of
     |terms|, when ``has_S``) of one chunk, at local flat index ``I[k]`` when ``mapped``, else
@@ -238,9 +253,9 @@ def _chunk(A, E, G, Sx, m, has_S, mapped, I, c0, kind, flags, params, table, fla
             ev = E[k]
             gv = G[k]
             differ = (ev != av) | (math.copysign(1.0, ev) != math.copysign(1.0, av))
-            ul, iv = _spacing(gv, kind, table, mant, lowest)
+            ul = _spacing(gv, mant, lowest)
             ad = abs(av - gv)
-            ulps = ad / ul if kind == 3 else ad * iv
+            ulps = ad / ul
             BAD[k] = (1.0 + ulps + 0.0009765625) if differ else 0.0
     elif not has_rule:
         for k in range(m):
@@ -250,7 +265,7 @@ def _chunk(A, E, G, Sx, m, has_S, mapped, I, c0, kind, flags, params, table, fla
             gv = G[k]
             ad = abs(A[k] - gv)
             agv = abs(gv)
-            ul, iv = _spacing(gv, kind, table, mant, lowest)
+            ul = _spacing(gv, mant, lowest)
             sx = Sx[k]
             t = np.inf
             at = max(atol, c_sqrt_k * sx) if data else atol
@@ -280,8 +295,8 @@ def _chunk(A, E, G, Sx, m, has_S, mapped, I, c0, kind, flags, params, table, fla
     for k in range(m):
         gv = G[k]
         ad = abs(A[k] - gv)
-        ul, iv = _spacing(gv, kind, table, mant, lowest)
-        ulps = ad / ul if kind == 3 else ad * iv
+        ul = _spacing(gv, mant, lowest)
+        ulps = ad / ul
         raw = (_f64_bits(ulps) + _MANT64) >> 52
         bx = raw - _LO + 1
         bx = 1 if bx < 1 else bx
@@ -312,13 +327,13 @@ def _chunk(A, E, G, Sx, m, has_S, mapped, I, c0, kind, flags, params, table, fla
         k = 0
         while abs(A[k] - G[k]) != cad:
             k += 1
-        _element(elems, 0, k, mapped, I, c0, A, G, BAD, kind, table, mant, lowest)
+        _element(elems, 0, k, mapped, I, c0, A, G, BAD, mant, lowest)
     if crel > st[8]:
         st[8] = crel
         k = 0
         while abs(G[k]) < sv or abs(A[k] - G[k]) / abs(G[k]) != crel:
             k += 1
-        _element(elems, 1, k, mapped, I, c0, A, G, BAD, kind, table, mant, lowest)
+        _element(elems, 1, k, mapped, I, c0, A, G, BAD, mant, lowest)
     if T > 0 and (ist[6] < T or cbad >= top[T - 1, 5]):
         for k in range(m):
             bad = BAD[k]
@@ -330,7 +345,7 @@ def _chunk(A, E, G, Sx, m, has_S, mapped, I, c0, kind, flags, params, table, fla
                     for c in range(6):
                         top[j, c] = top[j - 1, c]
                     j -= 1
-                _element(top, j, k, mapped, I, c0, A, G, BAD, kind, table, mant, lowest)
+                _element(top, j, k, mapped, I, c0, A, G, BAD, mant, lowest)
                 if nt < T:
                     ist[6] = nt + 1
     if want_heat:
@@ -404,15 +419,15 @@ def _counts(A, G, BAD, m, sv, e_small):
 
 
 @njit(inline="always")
-def _element(out, r, k, mapped, I, c0, A, G, BAD, kind, table, mant, lowest):
+def _element(out, r, k, mapped, I, c0, A, G, BAD, mant, lowest):
     """Row ``r`` of ``out``: element k of the chunk (:data:`ELEMENT`)."""
     av = A[k]
     gv = G[k]
     ad = abs(av - gv)
-    ul, iv = _spacing(gv, kind, table, mant, lowest)
+    ul = _spacing(gv, mant, lowest)
     out[r, 0] = I[k] if mapped else c0 + k
     out[r, 1] = av
     out[r, 2] = gv
     out[r, 3] = ad
-    out[r, 4] = ad / ul if kind == 3 else ad * iv
+    out[r, 4] = ad / ul
     out[r, 5] = BAD[k]

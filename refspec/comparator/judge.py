@@ -24,7 +24,7 @@ from ..spec.dtypes import dtype_name, resolve_dtype, round_to
 from .actuals import Problem
 from .blocks import COMPUTE_ELEMENTS, READ_ELEMENTS, BlockReader, plan_blocks
 from .floatinfo import U_ACC, bits_of, float_info, ulp_at
-from .fused import FLAGS, INTS, KIND, PARAMS, fused_block, ulp_table
+from .fused import FLAGS, INTS, KIND, PARAMS, fused_block
 from .metrics import Accumulator, FusedBlock, Metrics
 from .report import OutputResult
 from .standards import (C_REDUCTION, ELEMENT_ROUNDINGS, RATIO_LEVELS, RATIO_SMALL_COUNT,
@@ -127,21 +127,20 @@ class BlockJudge:
                 geom[2:] = strides[self.acc._hj], shape[self.acc._hj]
             else:
                 geom[2:] = strides[self.acc._hi], shape[self.acc._hi]
-        table = ulp_table(info.mant, info.emin)
-        self._fused_args = (KIND[info.name], flags, params, table, heat, geom)
+        self._fused_args = (KIND[info.name], flags, params, heat, geom)
         return self._fused_args
 
     def compute(self, flat0: int, a: np.ndarray, g: np.ndarray, e: np.ndarray | None,
                 S: np.ndarray | None) -> "FusedBlock":
         """The fused pass over one block (no shared state is changed but the 2-D map, so
         blocks may be computed side by side when there is none)."""
-        kind, flags, params, table, heat, geom = self._fused_args or self._fused_setup()
+        kind, flags, params, heat, geom = self._fused_args or self._fused_setup()
         bits = bits_of(a)
         e_bits = bits_of(e) if e is not None and self.needs_expected else bits[:0]
         S = _EMPTY if S is None or not self.uses_sum_abs else np.ascontiguousarray(S, np.float64)
         g = np.ascontiguousarray(g, np.float64)
         out = FusedBlock(flat0, a.size, max(self.acc.top, 0))
-        fused_block(bits, e_bits, g, S, kind, flags, params, table, flat0, heat, geom,
+        fused_block(bits, e_bits, g, S, kind, flags, params, flat0, heat, geom,
                     out.ints, out.floats, out.hist, out.top, out.elems, out.special)
         n_spec = int(out.ints[INTS.index("n_special")])
         if n_spec > out.special.size:            # many special values: the reference step
@@ -247,12 +246,17 @@ def _ratio(ad, tol):
 
 
 def golden_output_info(case, name: str) -> dict:
-    """dtype (np.dtype and name), shape, class, K, axes of one golden output."""
+    """dtype (np.dtype and name), shape, class, K, axes of one golden output, and its exact
+    values (``exact``: the array or LazyArray the judge reads, opened once)."""
     meta = case.output_meta(name)
-    exp = case.expected[name]
-    return {"dtype": np.dtype(exp.dtype), "dtype_name": meta.get("dtype") or dtype_name(exp.dtype),
-            "shape": tuple(exp.shape), "cls": meta.get("comparison_class"),
-            "K": meta.get("reduced_terms"), "axes": meta.get("axes") or ""}
+    exact = case.exact[name]
+    if meta.get("dtype"):
+        dt = np.dtype(resolve_dtype(meta["dtype"]))
+    else:                                # files that do not name the dtype
+        dt = np.dtype(case.expected[name].dtype)
+    return {"dtype": dt, "dtype_name": meta.get("dtype") or dtype_name(dt),
+            "shape": tuple(exact.shape), "cls": meta.get("comparison_class"),
+            "K": meta.get("reduced_terms"), "axes": meta.get("axes") or "", "exact": exact}
 
 
 def _heat_axes(shape, axes: str, wanted: str | None):
@@ -272,10 +276,14 @@ def _heat_axes(shape, axes: str, wanted: str | None):
 
 
 def judge_output(case, name: str, actual, rule: Rule, opts: JudgeOptions, context: str,
-                 benchmark: np.ndarray | None = None, sum_abs=None) -> OutputResult:
+                 benchmark: np.ndarray | None = None, sum_abs=None,
+                 info: dict | None = None, heat_now: bool = False) -> OutputResult:
     """The verdict of one output of one golden case against ``actual`` (an ActualArray or a
-    Problem). ``benchmark`` is the ratio standard's same-precision result (in memory)."""
-    info = golden_output_info(case, name)
+    Problem). ``benchmark`` is the ratio standard's same-precision result (in memory);
+    ``info``: :func:`golden_output_info` when the caller has it. With ``opts.heatmaps`` an
+    output that does not pass is judged a second time for its 2-D error map (``heat_now``:
+    this pass keeps the map), so passing outputs cost nothing more."""
+    info = info or golden_output_info(case, name)
     res = OutputResult(case_id=case.case_id, op=case.op, output=name, context=context,
                        regenerate=getattr(case, "regenerate", "") or "",
                        comparison_class=info["cls"], dtype=info["dtype_name"],
@@ -302,7 +310,7 @@ def judge_output(case, name: str, actual, rule: Rule, opts: JudgeOptions, contex
     dt = info["dtype"]
     small = SMALL_VALUES.get(info["dtype_name"], SMALL_VALUES["float32"])
     heat = None
-    if opts.heatmaps:
+    if heat_now:
         ax = _heat_axes(info["shape"], info["axes"], opts.heatmap_axes)
         if ax is not None:
             heat = (info["shape"], ax[0], ax[1])
@@ -317,7 +325,7 @@ def judge_output(case, name: str, actual, rule: Rule, opts: JudgeOptions, contex
     if rule.ratio_level:
         bench_acc = Accumulator(small, 0)
         bench_judge = BlockJudge(None, dt, info["K"], bench_acc, opts.saturation, opts.fast)
-    exact = case.exact[name]
+    exact = info["exact"]
     expected = case.expected[name] if judge.needs_expected else None
     if not judge.uses_sum_abs:
         sum_abs = None
@@ -374,12 +382,28 @@ def judge_output(case, name: str, actual, rule: Rule, opts: JudgeOptions, contex
     res.metrics = m
     if rule.ratio_level:
         _verdict_ratio(res, m, bench_acc.finish(), rule)
+        if opts.heatmaps and not heat_now and res.status != "pass":
+            _add_heatmap(res, case, name, actual, rule, opts, context, benchmark, sum_abs, info)
         return res
     _verdict(res, m, rule)
+    if heat_now:
+        return res
     if res.status == "fail" and not rule.bitwise and not rule.exempt_rounded:
-        _check_attainable(res, case, name, actual, rule, opts, context, sum_abs)
+        _check_attainable(res, case, name, actual, rule, opts, context, sum_abs, info)
     if res.status == "fail":
         res.hint = _dtype_hint(actual, info, exact, plan)
+    if opts.heatmaps and res.status != "pass":
+        _add_heatmap(res, case, name, actual, rule, opts, context, benchmark, sum_abs, info)
+    return res
+
+
+def _add_heatmap(res, case, name, actual, rule, opts, context, benchmark, sum_abs, info):
+    """The 2-D error map of an output that did not pass (a second pass that keeps it)."""
+    again = judge_output(case, name, actual, rule, replace(opts, top=0, heatmaps=False),
+                         context, benchmark, sum_abs, info, heat_now=True)
+    if again.metrics is not None and res.metrics is not None:
+        res.metrics.heatmap = again.metrics.heatmap
+        res.heat_axes = again.heat_axes
     return res
 
 
@@ -408,13 +432,13 @@ def in_order(pool, fn, items, ahead: int = 4):
         wait(pending)
 
 
-def _check_attainable(res, case, name, actual, rule, opts, context, sum_abs) -> None:
+def _check_attainable(res, case, name, actual, rule, opts, context, sum_abs, info) -> None:
     """A failing output judged again with the elements that equal the golden rounded to the
     output dtype exempt (:attr:`Rule.exempt_rounded`): when that passes, every failing element
     is the correctly rounded value, so the standard asks for more than the dtype can hold and
     the status is ``too_strict`` (docs/compare.md, "Too strict")."""
     again = judge_output(case, name, actual, replace(rule, exempt_rounded=True),
-                         replace(opts, top=0, heatmaps=False), context, None, sum_abs)
+                         replace(opts, top=0, heatmaps=False), context, None, sum_abs, info)
     if again.metrics is None:
         return
     m = res.metrics

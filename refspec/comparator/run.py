@@ -247,10 +247,10 @@ def elementwise_sum_abs(case, names) -> dict:
 
 def _judge_case(case, source, opts: JudgeOptions, report: Report, has_status: bool) -> None:
     context = context_of(case.op, case.params)
-    lookups = {}
+    lookups, infos = {}, {}
     for name in case.output_names:
         try:
-            info = golden_output_info(case, name)
+            info = infos[name] = golden_output_info(case, name)
             lookups[name] = source.lookup(case.case_id, case.op, name, info["dtype"],
                                           info["shape"])
         except Exception as exc:  # a reader bug must not end the run
@@ -261,10 +261,9 @@ def _judge_case(case, source, opts: JudgeOptions, report: Report, has_status: bo
         return
     elem_S = {}
     if opts.standard == "default" and opts.rtol is None and opts.atol is None:
-        names = [n for n in case.output_names
-                 if case.output_meta(n).get("comparison_class") == ELEMENTWISE
-                 and n not in case.sum_abs
-                 and case.output_meta(n).get("dtype") in ("float32", "float64")]
+        names = [n for n, i in infos.items()
+                 if i["cls"] == ELEMENTWISE and n not in case.sum_abs
+                 and i["dtype_name"] in ("float32", "float64")]
         try:
             elem_S = elementwise_sum_abs(case, names)
         except Exception:       # without S the element rule alone judges
@@ -279,7 +278,7 @@ def _judge_case(case, source, opts: JudgeOptions, report: Report, has_status: bo
             bench_error = f"benchmark failed: {' '.join(str(exc).split())}"
     for name in case.output_names:
         try:
-            info = golden_output_info(case, name)
+            info = infos.get(name) or golden_output_info(case, name)
             rule = resolve_rule(opts.standard, info["dtype_name"], info["cls"], info["K"],
                                 rtol=opts.rtol, atol=opts.atol, op=case.op,
                                 ratio_level=opts.ratio_level)
@@ -299,5 +298,5 @@ def _judge_case(case, source, opts: JudgeOptions, report: Report, has_status: bo
             continue
         actual = lookups[name]
         res = judge_output(case, name, actual, rule, opts, context,
-                           None if bench is None else bench.get(name), elem_S.get(name))
+                           None if bench is None else bench.get(name), elem_S.get(name), info)
         report.results.append(res)
