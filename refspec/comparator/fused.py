@@ -51,37 +51,22 @@ _LO = 1022                 # biased exponent of the histogram's bin (0, 1/2]
 _NBINS = 24                # ulp histogram bins (refspec.comparator.metrics)
 
 
-@intrinsic
-def _f64_bits(typingctx, x):
-    """The bit pattern of a float64 as an int64."""
-    if x != types.float64:
-        return None
+def _bitcast(src, dst, llvm_dst):
+    """An intrinsic that reinterprets the bits of a ``src`` scalar as a ``dst`` scalar."""
+    @intrinsic
+    def cast(typingctx, x):
+        if x != src:
+            return None
 
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.IntType(64))
-    return types.int64(types.float64), codegen
-
-
-@intrinsic
-def _bits_f64(typingctx, x):
-    """The float64 whose bit pattern is an int64."""
-    if x != types.int64:
-        return None
-
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.DoubleType())
-    return types.float64(types.int64), codegen
+        def codegen(context, builder, sig, args):
+            return builder.bitcast(args[0], llvm_dst)
+        return dst(src), codegen
+    return cast
 
 
-@intrinsic
-def _bits_f32(typingctx, x):
-    """The float32 whose bit pattern is a uint32."""
-    if x != types.uint32:
-        return None
-
-    def codegen(context, builder, sig, args):
-        return builder.bitcast(args[0], ir.FloatType())
-    return types.float32(types.uint32), codegen
+_f64_bits = _bitcast(types.float64, types.int64, ir.IntType(64))
+_bits_f64 = _bitcast(types.int64, types.float64, ir.DoubleType())
+_bits_f32 = _bitcast(types.uint32, types.float32, ir.FloatType())
 
 
 @njit(inline="always")
