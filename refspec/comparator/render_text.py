@@ -46,14 +46,15 @@ def pass_groups(report) -> list[dict]:
 
 
 def _group_line(g) -> str:
-    text = f"PASS  {g['count']:>5} x {g['op']} {g['output']}"
+    """``PASS   1553 x rotary_position_embedding_grad dx (3 dtypes); closest: 0.98 of the
+    allowed error`` (the closest call's case id is in the JSON and HTML reports)."""
+    text = f"PASS {g['count']:>6} x {g['op']} {g['output']}"
     if g["dtypes"]:
-        text += f" ({', '.join(g['dtypes'])})"
+        text += f" ({', '.join(g['dtypes'])})" if len(g["dtypes"]) == 1 else \
+            f" ({len(g['dtypes'])} dtypes)"
     w = g["worst"]
-    if w is not None and w.metrics.max_abs is not None:
-        mx = w.metrics.max_abs
-        text += (f"; closest: {w.metrics.max_badness:.3g} of the allowed error, "
-                 f"{format_ulps(mx.ulps)} ulp, in {w.case_id}")
+    if w is not None and w.metrics is not None and w.metrics.max_abs is not None:
+        text += f"; closest: {w.metrics.max_badness:.2g} of the allowed error"
     return text
 
 
