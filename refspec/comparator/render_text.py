@@ -54,7 +54,7 @@ def _group_line(g) -> str:
             f" ({len(g['dtypes'])} dtypes)"
     w = g["worst"]
     if w is not None and w.metrics is not None and w.metrics.max_abs is not None:
-        text += f"; closest: {w.metrics.max_badness:.2g} of the allowed error"
+        text += f"; closest: {w.metrics.max_badness:.3g} of the allowed error"
     return text
 
 

@@ -335,3 +335,27 @@ def test_pytest_failure_points_at_the_callers_line(golden, tmp_path):
     assert "dx[b=0,n=1,s=2,d=3]" in p.stdout
     assert "assert_matches_golden(" in p.stdout                 # the caller's line
     assert "testing.py" not in p.stdout and "_raise_if_failed" not in p.stdout
+
+
+def test_cap_that_rejects_the_rounded_golden_is_too_strict():
+    """ascend-mixed caps the max abs error at 0.1 for bfloat16: half an ulp of values in
+    [64, 128) is 0.25, so the correctly rounded output can exceed the cap; one element moved
+    by an ulp (within rtol, but not the rounded golden) must still fail."""
+    bf16 = ml_dtypes.bfloat16
+    rng = np.random.default_rng(7)
+    x = round_to(rng.uniform(64, 128, (1, 2, 8, 16)), bf16)
+    cos = round_to(np.cos(rng.uniform(-3, 3, (1, 1, 8, 16))), bf16)
+    sin = round_to(np.sin(rng.uniform(-3, 3, (1, 1, 8, 16))), bf16)
+    case = refspec.comparator.spec_case("rotary_position_embedding", x=x, cos=cos, sin=sin,
+                                        mode=0)
+    y = np.asarray(case.expected["y"])
+    err = np.abs(y.astype(np.float64) - case.exact["y"])
+    assert err.max() > 0.1                                   # the rounding alone is over the cap
+    row = compare(case, {"y": y}, standard="ascend-mixed").results[0]
+    assert row.status == "too_strict", row.reason
+    moved = y.copy()
+    i = np.unravel_index(int(np.argmin(err)), y.shape)
+    bits = moved.view(np.uint16)
+    bits[i] += 1                                             # one ulp away from the rounded value
+    row = compare(case, {"y": moved}, standard="ascend-mixed").results[0]
+    assert row.status == "fail"
