@@ -23,10 +23,16 @@ __all__ = ["assert_matches_golden", "assert_allclose_to_spec"]
 
 
 def _raise_if_failed(report: Report) -> Report:
+    __tracebackhide__ = True            # pytest: the failure points at the caller's line
     if report.passed:
         return report
     failed = report.failures
-    first = report.ordered()[0]
+    if not failed:
+        ids = [n.case_id for n in report.not_run]
+        raise AssertionError(f"{len(ids)} cases not run (no output, no status): "
+                             + ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else "")
+                             + f"\n{report.summary_line()}")
+    first = failed[0]
     lines = [first.message]
     lines.append(f"{first.output}: {first.reason}; rule: {first.rule}" if first.rule
                  else f"{first.output}: {first.reason}")
@@ -49,10 +55,13 @@ def assert_matches_golden(golden_path_or_case, actual, *, case=None, standard: s
     """Assert that ``actual`` matches the golden: a golden file path (all cases, or ``case``:
     ids or patterns), an open GoldenFile, or one case object. ``actual`` as for
     :func:`refspec.compare`: a path, ``{output: array}`` for one case, or
-    ``{case_id: {output: array}}``. Returns the report when everything passes."""
+    ``{case_id: {output: array}}`` (``{output: array}`` for several cases asks for ``case``);
+    ``status``: the status the kernel returned (see :func:`refspec.compare`). Returns the
+    report when everything passes."""
+    __tracebackhide__ = True            # pytest: the failure points at the caller's line
     report = compare(golden_path_or_case, actual, cases=case, standard=standard, rtol=rtol,
                      atol=atol, saturation=saturation, mapping=mapping, **kwargs)
-    if not report.results:
+    if not report.results and not report.not_run:
         raise AssertionError(f"nothing was compared ({report.summary_line()})")
     return _raise_if_failed(report)
 
@@ -64,6 +73,7 @@ def assert_allclose_to_spec(actual_array, op: str, output_name: str, *, standard
     """Assert that one output array matches the spec's exact result for ``op`` (a refspec
     function name) called with ``spec_kwargs`` (its tensors and attributes, and ``soc``).
     ``layout`` names the axes when the shapes alone do not (see :func:`spec_case`)."""
+    __tracebackhide__ = True
     case = spec_case(op, layout=layout, **spec_kwargs)
     if output_name not in case.output_names:
         raise ValueError(f"{op} produces no output {output_name!r} for these arguments; "

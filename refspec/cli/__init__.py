@@ -30,6 +30,11 @@ class RefspecGroup(click.Group):
     code (the comparator returns 1 when something fails)."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not (sys.argv[1:] if args is None else list(args)):
+            # bare `refspec`: the normal help, not a usage error
+            with self.make_context(prog_name or "refspec", ["--help"], resilient_parsing=True) as ctx:
+                click.echo(ctx.get_help())
+            sys.exit(0)
         try:
             rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var,
                               standalone_mode=False, **extra)

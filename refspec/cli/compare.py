@@ -54,14 +54,21 @@ def _check_writable(path: str | None, flag: str) -> None:
               help="Two axis letters for the HTML error heatmaps, e.g. SD (default: last two).")
 @click.option("--top", type=click.IntRange(0, 1000), default=10, show_default=True,
               help="Worst elements kept per output.")
-@click.option("--failures-only", is_flag=True, help="Terminal table: failing rows only.")
+@click.option("--failures-only", is_flag=True,
+              help="Terminal report: leave out the summary of the passes (the total stays).")
+@click.option("-v", "--verbose", is_flag=True, help="Terminal report: one row for every output.")
+@click.option("--only-present", is_flag=True,
+              help="Cases with no output and no status.json were left out on purpose: they are "
+                   "listed as not run but do not fail the run.")
 def compare_command(golden, actual, cases, standard, rtol, atol, saturation, mapping, ratio_level,
-                    json_path, junit_path, html_path, heatmap_axes, top, failures_only, msprobe):
+                    json_path, junit_path, html_path, heatmap_axes, top, failures_only, verbose,
+                    only_present, msprobe):
     """Judge the outputs in ACTUAL against the golden HDF5 file GOLDEN.
 
-    ACTUAL: a `refspec export` directory with the kernel's <output>.bin next to each case's
-    inputs, any <case_id>/<output>.bin|.npy tree, a .npz/.npy file, an HDF5 file in refspec's
-    schema, or an msprobe dump directory (with --map).
+    ACTUAL: a `refspec export` directory with the kernel's <output>.bin and status.json
+    ({"code": N}, 0 = accepted) next to each case's inputs, any <case_id>/<output>.bin|.npy
+    tree, a .npz/.npy file, an HDF5 file in refspec's schema, or an msprobe dump directory
+    (with --map).
     """
     from ..comparator import CompareUsageError, MappingError, compare
     from ..comparator.render_text import render_text
@@ -79,14 +86,10 @@ def compare_command(golden, actual, cases, standard, rtol, atol, saturation, map
         report = compare(golden, actual, cases=list(cases) or None, standard=standard, rtol=rtol,
                          atol=atol, saturation=saturation, mapping=mapping, top=top,
                          ratio_level=ratio_level, heatmaps=html_path is not None,
-                         heatmap_axes=heatmap_axes)
+                         heatmap_axes=heatmap_axes, only_present=only_present)
     except (CompareUsageError, MappingError, UnknownCaseError) as exc:
         raise CliError(str(exc)) from None
-    text = render_text(report)
-    if failures_only:
-        lines = text.splitlines()
-        text = "\n".join([lines[0]] + [ln for ln in lines[1:] if not ln.startswith("PASS")])
-    click.echo(text)
+    click.echo(render_text(report, verbose=verbose, failures_only=failures_only))
     if json_path:
         from ..comparator.render_json import write_json
         write_json(report, json_path)

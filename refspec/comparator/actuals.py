@@ -13,19 +13,23 @@ msprobe dump directory (:mod:`refspec.compare.msprobe`), or Python arrays.
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 from math import prod
 
 import h5py
 import numpy as np
 
 from .. import ops
+from ..goldens.export import STATUS_FILE
 from ..goldens.format import BF16_ENCODING
 from ..spec.dtypes import bfloat16, dtype_name
+from .blocks import thread_buffer
 
 __all__ = ["Problem", "ActualArray", "ArrayActual", "RawFileActual", "H5Actual", "ActualSource",
            "TreeSource", "NpzSource", "H5Source", "MemorySource", "decode_dtype", "file_names",
-           "open_npy"]
+           "open_npy", "read_status", "STATUS_FILE"]
 
 
 class Problem:
@@ -70,12 +74,15 @@ class RawFileActual(ActualArray):
     def __init__(self, source: str, path: str, offset: int, stored: np.dtype, shape, dtype):
         super().__init__(source, shape, dtype)
         self.path, self.offset, self.stored = path, offset, np.dtype(stored)
+        self._local = threading.local()
 
     def read(self, key, flat_start, count):
-        with open(self.path, "rb") as fh:
+        """The block, read into this thread's buffer (valid until the thread's next read)."""
+        raw = thread_buffer(self._local, self.stored, count)
+        with open(self.path, "rb", buffering=0) as fh:
             fh.seek(self.offset + flat_start * self.stored.itemsize)
-            raw = np.fromfile(fh, dtype=self.stored, count=count)
-        if raw.size != count:
+            got = fh.readinto(memoryview(raw.view(np.uint8))) if count else 0
+        if got != count * self.stored.itemsize:
             raise OSError(f"{self.path}: file ended early (truncated while reading?)")
         shape = _key_shape(key, self.shape)
         return _decode(raw, self.dtype).reshape(shape)
@@ -120,11 +127,17 @@ def decode_dtype(stored: np.dtype, golden: np.dtype) -> str | None:
     if golden == bfloat16:
         if stored == bfloat16 or (stored.kind in "uV" and stored.itemsize == 2 and not stored.fields):
             return None
+        hint = ("; float16 and bfloat16 are both 2 bytes: was float16 written where bfloat16 "
+                "is expected?" if stored.kind == "f" and stored.itemsize == 2 else "")
         return (f"dtype {_name(stored)} but the golden output is bfloat16 "
-                "(accepted: bfloat16, uint16 bits, 2-byte void)")
+                f"(accepted: bfloat16, uint16 bits, 2-byte void){hint}")
     if stored.kind == "f" and stored.itemsize == golden.itemsize and stored != bfloat16:
         return None
-    return f"dtype {_name(stored)} but the golden output is {dtype_name(golden)}"
+    hint = ""
+    if golden == np.dtype(np.float16) and stored.itemsize == 2:
+        hint = ("; bfloat16 is saved as uint16 bits or a 2-byte void, and float16 and bfloat16 "
+                "are both 2 bytes: was bfloat16 written where float16 is expected?")
+    return f"dtype {_name(stored)} but the golden output is {dtype_name(golden)}{hint}"
 
 
 def _name(dt: np.dtype) -> str:
@@ -231,9 +244,27 @@ def _mismatch(source, dtype, shape, golden_dtype, golden_shape):
     return None
 
 
+def read_status(path: str):
+    """``(code, None)`` from a status file ``{"code": N}`` (0: the kernel accepted the input),
+    ``(None, None)`` when there is none, ``(None, why)`` when it cannot be read."""
+    if not os.path.lexists(path):
+        return None, None
+    try:
+        with open(path, "rb") as fh:
+            doc = json.loads(fh.read().decode("utf-8"))
+    except (OSError, ValueError) as exc:
+        return None, f"{path}: not a readable JSON status file ({_one_line(exc)})"
+    code = doc.get("code") if isinstance(doc, dict) else None
+    if not isinstance(code, int) or isinstance(code, bool):
+        return None, (f"{path}: expected {{\"code\": <integer>}} (0 when the kernel accepted the "
+                      f"input, else the aclnn status it returned), got {_one_line(doc)[:80]}")
+    return code, None
+
+
 class ActualSource:
-    """Base class: ``lookup(case_id, op, output, dtype, shape)``; ``single_case`` is set by the
-    comparator when only one case is judged (then bare output names are accepted)."""
+    """Base class: ``lookup(case_id, op, output, dtype, shape)`` and ``status(case_id)``;
+    ``single_case`` is set by the comparator when only one case is judged (then bare output
+    names are accepted)."""
 
     kind = "?"
     single_case: str | None = None
@@ -243,6 +274,11 @@ class ActualSource:
 
     def lookup(self, case_id: str, op: str, output: str, dtype: np.dtype, shape):
         raise NotImplementedError
+
+    def status(self, case_id: str):
+        """The status the kernel returned for a case, as :func:`read_status` gives it;
+        ``(None, None)`` for sources that hold none."""
+        return None, None
 
     def close(self) -> None:
         pass
@@ -259,6 +295,12 @@ class TreeSource(ActualSource):
     """``ROOT/<case_id>/<output>.bin|.npy`` (the case id's '/' parts are directories)."""
 
     kind = "directory"
+
+    def status(self, case_id):
+        d = os.path.join(self.path, *case_id.split("/"))
+        if not os.path.isdir(d) and self.single_case == case_id:
+            d = self.path
+        return read_status(os.path.join(d, STATUS_FILE))
 
     def lookup(self, case_id, op, output, dtype, shape):
         d = os.path.join(self.path, *case_id.split("/"))
@@ -333,6 +375,11 @@ class NpzSource(ActualSource):
                 except Exception as exc:
                     return Problem("unreadable", f"{src}: {_one_line(exc)}", src)
                 return check_array(arr, dtype, shape, src)
+        if self._npz is None:
+            stem = self._keys[0]
+            return Problem("missing", f"{self.path} is one array, read as output {stem!r} (its "
+                                      f"file name); output {output!r} is not in it (a directory "
+                                      "or an .npz holds several outputs)")
         tried = self._candidates(case_id, op, output)
         return Problem("missing", f"no key {' or '.join(repr(t) for t in tried)} in {self.path}")
 

@@ -82,16 +82,3 @@ def bits_of(a: np.ndarray) -> np.ndarray:
     """The raw bit patterns of a float array as unsigned integers of the same width."""
     a = np.ascontiguousarray(a)
     return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
-
-
-_EXP64 = 0x7FF << 52
-
-
-def ulp_at_into(abs_g: np.ndarray, info: FloatInfo, out: np.ndarray) -> np.ndarray:
-    """:func:`ulp_at` for a dtype narrower than float64, written into the float64 buffer
-    ``out`` (same size) without temporaries: 2^(max(exponent of |g|, emin) - mant) from the
-    exponent bits of |g|."""
-    np.bitwise_and(abs_g.view(np.int64), _EXP64, out=out.view(np.int64))
-    np.maximum(out, 2.0 ** info.emin, out=out)
-    out *= 2.0 ** -info.mant
-    return out

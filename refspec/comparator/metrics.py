@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Accumulator", "Metrics", "Element", "ULP_BIN_EXPONENTS", "ulp_bin_labels",
-           "ulp_bin_counts", "product_sums", "top_order", "Scratch"]
+__all__ = ["Accumulator", "Metrics", "Element", "FusedBlock", "ULP_BIN_EXPONENTS",
+           "ulp_bin_labels", "product_sums", "top_order", "cosine"]
 
 #: ulp histogram bins: exact 0, then (2^(k-1), 2^k] for k = -1 .. 20, then > 2^20
 ULP_BIN_EXPONENTS = tuple(range(-1, 21))
@@ -32,30 +32,6 @@ def ulp_bin_labels() -> list[str]:
 
 def _pow2(k: int) -> str:
     return "1/2" if k == -1 else str(2 ** k)
-
-
-_MANT64 = (1 << 52) - 1
-#: biased float64 exponent of the top bin's lower edge: x > 2^20 lands in bin _NBINS - 1
-_TOP_BIASED = 1023 + ULP_BIN_EXPONENTS[-1] + 1
-
-
-def ulp_bin_counts(ulps: np.ndarray, scratch: np.ndarray | None = None) -> np.ndarray:
-    """Histogram counts of non-negative finite float64 ``ulps`` over the bins of
-    :func:`ulp_bin_labels`, from the bit patterns alone: adding the mantissa mask to the bits
-    carries into the exponent exactly when the mantissa is non-zero, so the biased exponent
-    B = (bits + mask) >> 52 is 1023 + ceil(log2 x) for x > 0 (1 for subnormals, 0 for zero),
-    i.e. x is in (2^(B-1024), 2^(B-1023)]. ``scratch``: an int64 buffer of the same size."""
-    bits = ulps.view(np.int64)
-    b = np.add(bits, _MANT64, out=scratch)
-    b >>= 52
-    c = np.bincount(b, minlength=_TOP_BIASED + 1)
-    lo = 1023 + ULP_BIN_EXPONENTS[0]                  # B of bin (2^-2, 2^-1]
-    out = np.empty(_NBINS, np.int64)
-    out[0] = c[0]
-    out[1] = c[1:lo + 1].sum()
-    out[2:-1] = c[lo + 1:_TOP_BIASED]
-    out[-1] = c[_TOP_BIASED:].sum()
-    return out
 
 
 def product_sums(a: np.ndarray, g: np.ndarray, d: np.ndarray) -> tuple[float, float, float, float]:
@@ -134,15 +110,24 @@ class Metrics:
         return self.failures / self.n if self.n else 0.0
 
 
-def _drop(x: np.ndarray, keep: np.ndarray, n_drop: int) -> np.ndarray:
-    """``x[keep]`` (the same elements in the same order); when only a few are dropped, joined
-    from the runs between them, which copies faster than a boolean mask selects."""
-    if n_drop > 64:
-        return x[keep]
-    cut = np.flatnonzero(~keep)
-    starts = np.concatenate(([0], cut + 1))
-    stops = np.concatenate((cut, [x.size]))
-    return np.concatenate([x[i:j] for i, j in zip(starts.tolist(), stops.tolist())])
+def cosine(sum_ag: float, sum_a2: float, sum_g2: float, identical: bool) -> float:
+    """Cosine similarity sum(a*g) / (sqrt(sum a^2) * sqrt(sum g^2)) of the numeric elements
+    (docs/compare.md, "Cosine similarity"): exactly 1 when every numeric a equals its g
+    (rounding of the three sums cannot make it differ), clamped to [-1, 1] otherwise; when one
+    side is all zeros and the other not it is 0 (no direction to compare), and 1 when both
+    are (they are identical)."""
+    if identical:
+        return 1.0
+    denom = math.sqrt(sum_a2) * math.sqrt(sum_g2)
+    if not denom > 0:
+        return 0.0
+    return min(1.0, max(-1.0, sum_ag / denom))
+
+
+def _row_element(flat0: int, row: np.ndarray) -> Element:
+    """An Element from a row (local flat index, actual, golden, |a - g|, ulps, badness)."""
+    flat, a, g, ad, ulps, bad = row.tolist()
+    return Element(flat0 + int(flat), a, g, ad, ulps, bad)
 
 
 def _worst_key(e: Element):
@@ -150,16 +135,24 @@ def _worst_key(e: Element):
     return (e.badness, e.abs_err, -e.flat)
 
 
-class Scratch:
-    """Temporaries of one compute step, allocated once and reused for every block."""
+class FusedBlock:
+    """What the fused pass found in one block (:func:`refspec.comparator.fused.fused_block`):
+    counts, sums and extreme elements of its numeric elements; the positions and values of its
+    special ones; or, when they are too many, copies of the block for the reference step."""
 
-    def __init__(self, n: int):
-        self.size = n
-        f = lambda: np.empty(n, np.float64)  # noqa: E731
-        self.a64, self.d, self.ad, self.ag, self.ulp, self.ulps, self.tol, self.rel = \
-            (f() for _ in range(8))
-        self.ints = np.empty(n, np.int64)
-        self.mask = np.empty(n, bool)
+    #: special values listed per block before the block goes to the reference step
+    SPECIAL_CAP = 4096
+
+    def __init__(self, flat0: int, n: int, top: int):
+        self.flat0, self.n = flat0, n
+        self.ints = np.zeros(7, np.int64)
+        self.floats = np.zeros(7, np.float64)
+        self.hist = np.zeros(_NBINS, np.int64)
+        self.top = np.zeros((max(top, 1), 6), np.float64)
+        self.elems = np.zeros((2, 6), np.float64)
+        self.special = np.empty(min(n, self.SPECIAL_CAP), np.int64)
+        self.special_values = None
+        self.arrays = None
 
 
 class Accumulator:
@@ -174,7 +167,6 @@ class Accumulator:
         self._sum_rel = 0.0
         self._n_rel = 0
         self._cand: list[Element] = []
-        self._kth = None                  # cached _kth_best(); reset when _cand changes
         self._heat = None
         if heat is not None:
             shape, i, j = heat
@@ -211,52 +203,45 @@ class Accumulator:
         if self._heat is not None:
             self._heat_add(flat0, where, bad)
 
-    def add_all_numeric(self, flat0: int, a: np.ndarray, g: np.ndarray, d: np.ndarray,
-                        ad: np.ndarray, ag: np.ndarray, ulps: np.ndarray, bad: np.ndarray,
-                        i_max: int, scratch) -> None:
-        """:meth:`add_numeric` for a block whose elements are all numeric (``where`` None),
-        with ``d = a - g`` and ``i_max = argmax(ad)`` already computed and the temporaries in
-        ``scratch`` (:class:`Scratch`). Same operations on the same values, so the same
-        numbers; passes whose outcome is known are skipped (no failure count when no badness
-        exceeds 1, no worst-element selection when no element can enter the kept top)."""
+    def add_fused(self, out: FusedBlock) -> None:
+        """The numeric elements of one block as the fused pass accumulated them: the same
+        counts, maxima (first occurrence in flat order), histogram and worst elements as
+        :meth:`add_numeric` over the block's steps; the float sums to a few roundings."""
         m = self.m
-        n = a.size
-        if n == 0:
+        n_num, fails, n_small, small_err, n_rel, _, n_top = out.ints.tolist()
+        max_bad, max_small, d2, ag, a2, g2, s_rel = out.floats.tolist()
+        if n_num == 0:
             return
-        m.n_numeric += n
-        bmax = float(bad.max())
-        if not bmax <= 1.0:
-            m.failures += int(np.count_nonzero(bad > 1.0))
-        if bmax > m.max_badness:
-            m.max_badness = bmax
-        if m.max_abs is None or ad[i_max] > m.max_abs.abs_err:
-            m.max_abs = self._element(flat0, None, i_max, a, g, ad, ulps, bad)
-        self._add_sums(a, g, d)
-        small = np.less(ag, self.sv, out=scratch.mask[:n])
-        ns = self._add_small(ad, small)
-        if ns < n:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                rel = np.divide(ad, ag, out=scratch.rel[:n])
-            big = None
-            if ns:
-                big = np.logical_not(small, out=small)
-                rel = _drop(rel, big, ns)
-            self._add_rel(rel, big, ns, flat0, None, a, g, ad, ulps, bad)
-        h = self.m.ulp_hist
-        for b, c in enumerate(ulp_bin_counts(ulps, scratch.ints[:n]).tolist()):
+        m.n_numeric += n_num
+        m.failures += fails
+        if max_bad > m.max_badness:
+            m.max_badness = max_bad
+        row = out.elems[0]
+        if m.max_abs is None or row[3] > m.max_abs.abs_err:
+            m.max_abs = _row_element(out.flat0, row)
+        self._sum_d2 += d2
+        self._sum_ag += ag
+        self._sum_a2 += a2
+        self._sum_g2 += g2
+        if n_small:
+            m.n_small += n_small
+            m.small_errors += small_err
+            m.max_abs_small = max_small if m.max_abs_small is None else max(m.max_abs_small,
+                                                                            max_small)
+        if n_rel:
+            self._sum_rel += s_rel
+            self._n_rel += n_rel
+            row = out.elems[1]
+            rel = float(row[3]) / abs(float(row[2]))
+            if m.max_rel is None or rel > m.max_rel:
+                m.max_rel = rel
+                m.max_rel_at = _row_element(out.flat0, row)
+        h = m.ulp_hist
+        for b, c in enumerate(out.hist.tolist()):
             h[b] += c
-        if self.top > 0:
-            t = self._kth_best()
-            if t is None or not bmax < t:       # otherwise every element ranks below the top
-                self._keep_worst(flat0, None, a, g, ad, ulps, bad, bmax)
-
-    def _kth_best(self) -> float | None:
-        """The ``top``-th largest badness among the candidates (None: fewer than ``top``)."""
-        if len(self._cand) < self.top:
-            return None
-        if self._kth is None:
-            self._kth = sorted((e.badness for e in self._cand), reverse=True)[self.top - 1]
-        return self._kth
+        if self.top > 0 and n_top:
+            self._cand.extend(_row_element(out.flat0, r) for r in out.top[:n_top])
+            self._trim()
 
     def add_special(self, flat0: int, where: np.ndarray, a: np.ndarray, g: np.ndarray,
                     matched: np.ndarray, nan_mismatch: np.ndarray) -> None:
@@ -350,7 +335,6 @@ class Accumulator:
         self._trim()
 
     def _trim(self) -> None:
-        self._kth = None
         if len(self._cand) > 4 * self.top:
             self._cand.sort(key=_worst_key, reverse=True)
             del self._cand[self.top:]
@@ -369,8 +353,8 @@ class Accumulator:
         m = self.m
         if m.n_numeric:
             m.rmse = math.sqrt(self._sum_d2 / m.n_numeric)
-            denom = math.sqrt(self._sum_a2) * math.sqrt(self._sum_g2)
-            m.cosine = self._sum_ag / denom if denom > 0 else (1.0 if self._sum_d2 == 0 else 0.0)
+            m.cosine = cosine(self._sum_ag, self._sum_a2, self._sum_g2,
+                              identical=m.max_abs is not None and m.max_abs.abs_err == 0)
         if self._n_rel:
             m.mean_rel = self._sum_rel / self._n_rel
         self._cand.sort(key=_worst_key, reverse=True)

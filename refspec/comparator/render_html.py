@@ -13,7 +13,8 @@ import math
 import numpy as np
 
 from .metrics import ulp_bin_labels
-from .render_text import row_cells
+from .naming import format_ulps, format_value
+from .render_text import pass_groups, row_cells
 from ..goldens.atomic import write_text_atomic
 
 __all__ = ["render_html", "write_html", "MAX_PICTURES"]
@@ -22,16 +23,29 @@ __all__ = ["render_html", "write_html", "MAX_PICTURES"]
 MAX_PICTURES = 40
 
 _CSS = """
-body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
-table{border-collapse:collapse;font-size:13px}
-td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
-tr.fail td:first-child{background:#f6c6c6;font-weight:bold}
+body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;max-width:100%}
+table{border-collapse:collapse;font-size:13px;width:100%;table-layout:fixed}
+td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top;
+      overflow-wrap:anywhere}
+th{background:#f2f2f2}
+td.num,th.num{white-space:nowrap;text-align:right;overflow:hidden}
+col.verdict{width:7em} col.output{width:9em} col.class{width:7.5em} col.dtype{width:5.5em}
+col.mismatch{width:8em} col.err{width:7em} col.ulp{width:4.5em} col.case{width:30%}
+tr.fail td:first-child,tr.rejected td:first-child{background:#f6c6c6;font-weight:bold}
 tr.problem td:first-child{background:#f3dfa2;font-weight:bold}
+tr.too_strict td:first-child{background:#dcd3f0;font-weight:bold}
 tr.pass td:first-child{background:#cdeccd}
-code{font-size:12px} .msg{font-family:monospace;font-size:12px;white-space:pre-wrap}
+code{font-size:12px;overflow-wrap:anywhere} .msg{font-family:monospace;font-size:12px;
+  white-space:pre-wrap;overflow-wrap:anywhere}
+table.worst td.fails{background:#f6c6c6;font-weight:bold} table.worst td.ok{color:#2a7a2a}
 section{border-top:2px solid #ddd;margin-top:1.5em;padding-top:.5em}
 img{max-width:48%;margin-right:1%}
 """
+
+_COLS = ("verdict", "case", "output", "class", "dtype", "mismatch", "err", "ulp", "detail")
+_HEADS = ("verdict", "case", "output", "class", "dtype", "mismatch", "max abs err", "ulp",
+          "detail")
+_NUMERIC = {"mismatch", "err", "ulp"}
 
 
 def _pyplot():
@@ -65,17 +79,28 @@ def _pool(a: np.ndarray, limit: int = 256) -> tuple[np.ndarray, int, int]:
 
 
 def _heatmap(r, plt) -> str | None:
+    """The error map: cells within the rule in shades of blue (log10 of error / allowed), cells
+    that fail in red, and a red ring around each when there are few, so one failing element
+    stands out in a large map."""
     m = r.metrics
     if m is None or m.heatmap is None:
         return None
-    a = np.minimum(m.heatmap, 1e6)
-    a, fr, fc = _pool(a)
+    a, fr, fc = _pool(np.minimum(m.heatmap, 1e6))
+    fails = a > 1.0
     fig, ax = plt.subplots(figsize=(6, 4))
     with np.errstate(divide="ignore"):
-        img = ax.imshow(np.log10(np.maximum(a, 1e-3)), aspect="auto", cmap="magma",
-                        interpolation="nearest", vmin=-3, vmax=max(1.0, float(np.log10(max(a.max(), 1e-3)))))
-    fig.colorbar(img, ax=ax, label="log10(error / allowed); > 0 fails")
-    ax.set_title(f"{r.output}: worst element per cell", fontsize=10)
+        img = ax.imshow(np.log10(np.clip(a, 1e-3, 1.0)), aspect="auto", cmap="Blues",
+                        interpolation="nearest", vmin=-3, vmax=0)
+    if fails.any():
+        from matplotlib.colors import ListedColormap
+        ax.imshow(np.ma.masked_where(~fails, np.ones_like(a)), aspect="auto",
+                  cmap=ListedColormap(["#e00000"]), interpolation="nearest", vmin=0, vmax=1)
+        ys, xs = np.nonzero(fails)
+        if ys.size <= 50:
+            ax.scatter(xs, ys, s=220, facecolors="none", edgecolors="#e00000", linewidths=1.8)
+    fig.colorbar(img, ax=ax, label="log10(error / allowed); red: fails")
+    ax.set_title(f"{r.output}: worst element per cell ({int(fails.sum())} failing cells)",
+                 fontsize=10)
     ax.set_xlabel(_axis_label(r, 1, fc))
     ax.set_ylabel(_axis_label(r, 0, fr))
     return _png(fig, plt)
@@ -108,10 +133,47 @@ def _histogram(r, plt) -> str | None:
     return _png(fig, plt)
 
 
+def _table(rows, e, link: bool) -> list[str]:
+    out = ["<table><colgroup>" + "".join(f"<col class='{c}'>" for c in _COLS) + "</colgroup><tr>"
+           + "".join(f"<th class='{'num ' + c if c in _NUMERIC else c}'>{h}</th>"
+                     for c, h in zip(_COLS, _HEADS)) + "</tr>"]
+    for r in rows:
+        cls = "problem" if r.is_problem else r.status
+        cells = row_cells(r)
+        first = f"<a href='#r{id(r)}'>{e(cells[0])}</a>" if link else e(cells[0])
+        tds = [first] + [e(c) for c in cells[1:]]
+        out.append(f"<tr class='{cls}'>" + "".join(
+            f"<td class='{'num ' + c if c in _NUMERIC else c}'>{t}</td>" for c, t in zip(_COLS, tds))
+            + "</tr>")
+    out.append("</table>")
+    return out
+
+
+def _worst_table(r, e) -> str:
+    """The worst elements, each marked as failing (error above what the rule allows) or not."""
+    rows = ["<table class='worst'><tr><th>element</th><th>actual</th><th>should be</th>"
+            "<th class='num'>ulp</th><th class='num'>error / allowed</th><th>verdict</th></tr>"]
+    for x in r.metrics.worst:
+        fails = x.badness > 1.0 or x.kind != "numeric"
+        idx = ", ".join(f"{k}={v}" for k, v in r.index(x).items())
+        rows.append(
+            f"<tr><td><code>{e(r.output)}[{e(idx)}]</code></td><td>{e(format_value(x.actual, r.dtype or 'float32'))}</td>"
+            f"<td>{e(format_value(x.golden, r.dtype or 'float32', 2))}</td>"
+            f"<td class='num'>{e(format_ulps(x.ulps))}</td><td class='num'>{x.badness:.3g}</td>"
+            f"<td class='{'fails' if fails else 'ok'}'>{'fails' if fails else 'within'}"
+            f"{' (' + x.kind + ')' if x.kind != 'numeric' else ''}</td></tr>")
+    rows.append("</table>")
+    return "".join(rows)
+
+
 def render_html(report) -> str:
     e = html.escape
     plt = _pyplot()
+    ordered = report.ordered()
+    failing = [r for r in ordered if r.status != "pass"]
+    passing = [r for r in ordered if r.status == "pass"]
     out = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",
+           "<meta name='viewport' content='width=device-width'>",
            f"<title>refspec compare: {e(report.summary_line())}</title>",
            f"<style>{_CSS}</style></head><body>",
            f"<h1>refspec compare</h1><p><b>{e(report.summary_line())}</b></p>",
@@ -119,31 +181,46 @@ def render_html(report) -> str:
     if plt is None:
         out.append("<p><b>matplotlib is not installed: the pictures are left out</b> "
                    "(pip install matplotlib, or the refspec[html] extra).</p>")
-    out.append("<table><tr>" + "".join(f"<th>{h}</th>" for h in
-               ("verdict", "case", "output", "class", "dtype", "mismatch", "max abs err", "ulp",
-                "detail")) + "</tr>")
-    for r in report.ordered():
-        cls = "problem" if r.is_problem else r.verdict
-        cells = row_cells(r)
-        link = f"<a href='#r{id(r)}'>{e(cells[0])}</a>" if not r.passed else e(cells[0])
-        out.append(f"<tr class='{cls}'><td>{link}</td>" +
-                   "".join(f"<td>{e(c)}</td>" for c in cells[1:]) + "</tr>")
-    out.append("</table>")
+    if failing:
+        out.append(f"<h2>Not passed ({len(failing)})</h2>")
+        out += _table(failing, e, link=True)
+    groups = pass_groups(report)
+    if groups:
+        out.append(f"<h2>Passed ({len(passing)})</h2><table><tr><th>operator</th><th>output</th>"
+                   "<th class='num'>outputs</th><th>dtypes</th><th>closest call</th></tr>")
+        for g in groups:
+            w = g["worst"]
+            closest = (f"{w.metrics.max_badness:.3g} of the allowed error in {w.case_id}"
+                       if w is not None and w.metrics is not None else "")
+            out.append(f"<tr class='pass'><td>{e(g['op'])}</td><td>{e(g['output'])}</td>"
+                       f"<td class='num'>{g['count']}</td><td>{e(', '.join(g['dtypes']))}</td>"
+                       f"<td>{e(closest)}</td></tr>")
+        out.append("</table>")
+        out.append(f"<details><summary>every passing output ({len(passing)})</summary>")
+        out += _table(passing, e, link=False)
+        out.append("</details>")
+    if report.not_run:
+        out.append(f"<h2>Not run ({len(report.not_run)} cases)</h2><p>No output and no status "
+                   + ("(left out on purpose: --only-present)" if report.only_present else
+                      "(they fail the run; --only-present if only the others were meant)")
+                   + "</p><ul>" + "".join(f"<li>{e(op)}: {n}</li>"
+                                          for op, n in report.not_run_by_op().items()) + "</ul>")
+        out.append("<details><summary>case ids</summary><div class='msg'>"
+                   + "<br>".join(e(n.case_id) for n in report.not_run) + "</div></details>")
     pictures = 0
-    for r in report.ordered():
-        if r.passed:
-            continue
+    for r in failing:
         out.append(f"<section id='r{id(r)}'><h3>{e(r.case_id)} : {e(r.output)} "
-                   f"&mdash; {e(r.status)}</h3>")
+                   f"&mdash; {e(r.label)}</h3>")
         out.append(f"<p class='msg'>{e(r.message)}</p><p>{e(r.reason)}</p>")
+        if r.hint:
+            out.append(f"<p>hint: {e(r.hint)}</p>")
         if r.rule:
             out.append(f"<p>rule: {e(r.rule)}</p>")
         if r.regenerate:
             out.append(f"<p>regenerate: <code>{e(r.regenerate)}</code></p>")
         m = r.metrics
         if m is not None and m.worst:
-            out.append("<p>worst elements:</p><div class='msg'>" +
-                       "<br>".join(e(r.element_line(x)) for x in m.worst) + "</div>")
+            out.append("<p>worst elements:</p>" + _worst_table(r, e))
         if plt is not None and m is not None and pictures < MAX_PICTURES:
             for img in (_heatmap(r, plt), _histogram(r, plt)):
                 if img:

@@ -1,5 +1,8 @@
 """``--junit PATH``: JUnit XML with one test case per case and output, so CI systems list every
-output with its verdict; failures carry the one-line message and the details."""
+output with its verdict; failures carry the one-line message and the details. Judged failures
+and rejected inputs are ``<failure>``, input problems ``<error>``; an output whose standard is
+stricter than its dtype is ``<skipped>`` (not a kernel failure); a case not run is one
+``<error>`` (``<skipped>`` with ``--only-present``)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ __all__ = ["render_junit", "write_junit"]
 
 def _details(r) -> str:
     lines = [r.reason]
+    if r.hint:
+        lines.append(f"hint: {r.hint}")
     if r.source:
         lines.append(f"actual: {r.source}")
     if r.rule:
@@ -27,9 +32,13 @@ def _details(r) -> str:
 
 def render_junit(report) -> str:
     c = report.counts()
+    not_run = len(report.not_run)
     suite = ET.Element("testsuite", name=f"refspec compare ({report.standard})",
-                       tests=str(c["outputs"]), failures=str(c["fail"]), errors=str(c["problem"]),
-                       skipped=str(len(report.skipped)), time=f"{report.elapsed:.3f}")
+                       tests=str(c["outputs"] + not_run),
+                       failures=str(c["fail"] + c["rejected"]),
+                       errors=str(c["problem"] + (0 if report.only_present else not_run)),
+                       skipped=str(c["too_strict"] + (not_run if report.only_present else 0)),
+                       time=f"{report.elapsed:.3f}")
     props = ET.SubElement(suite, "properties")
     for k, v in (("golden", report.golden), ("actual", report.actual),
                  ("standard", report.standard), ("saturation", str(report.saturation))):
@@ -38,14 +47,20 @@ def render_junit(report) -> str:
         ET.SubElement(props, "property", name=f"override.{k}", value=repr(v))
     for r in report.results:
         tc = ET.SubElement(suite, "testcase", classname=r.case_id, name=r.output)
-        if r.passed:
+        if r.status == "pass":
+            continue
+        if r.status == "too_strict":
+            ET.SubElement(tc, "skipped", message=r.reason)
             continue
         tag = "error" if r.is_problem else "failure"
         el = ET.SubElement(tc, tag, message=r.message or r.reason, type=r.status)
         el.text = _details(r)
-    for case_id, why in report.skipped:
-        tc = ET.SubElement(suite, "testcase", classname=case_id, name="(negative case)")
-        ET.SubElement(tc, "skipped", message=why)
+    for nr in report.not_run:
+        tc = ET.SubElement(suite, "testcase", classname=nr.case_id, name="(not run)")
+        if report.only_present:
+            ET.SubElement(tc, "skipped", message=f"not run: {nr.reason}")
+        else:
+            ET.SubElement(tc, "error", message=f"not run: {nr.reason}", type="not_run")
     ET.indent(suite)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
 

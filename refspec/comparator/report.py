@@ -1,8 +1,16 @@
-"""Report objects: one :class:`OutputResult` per case and output, gathered in a :class:`Report`.
+"""Report objects: one :class:`OutputResult` per case and output, gathered in a :class:`Report`
+(docs/compare.md, "Statuses").
 
-Statuses: ``pass`` and ``fail`` (judged), and the input problems ``missing``,
-``size_mismatch``, ``dtype_mismatch``, ``shape_mismatch``, ``unreadable``, plus ``error`` for
-anything else that stopped one output from being judged. Every status but ``pass`` fails.
+Statuses of an output: ``pass`` and ``fail`` (judged); ``too_strict`` (the kernel's output
+fails the standard, and so does the golden rounded to the output dtype: the standard asks for
+more than the dtype can hold, so it cannot judge this output; not a kernel failure);
+``rejected`` (the kernel returned a non-zero status for a valid input; one row per case, output
+``(status)``); and the input problems ``missing``, ``size_mismatch``, ``dtype_mismatch``,
+``shape_mismatch``, ``unreadable``, plus ``error`` for anything else that stopped one output
+from being judged. A negative case is one row, output ``(status)``: ``pass`` when the kernel
+returned the expected code, else ``fail``. Cases with no output and no status at all are
+``not run``: listed in :attr:`Report.not_run`, they fail the run unless the subset is intended
+(``only_present``). ``pass`` and ``too_strict`` pass; every other status fails.
 """
 
 from __future__ import annotations
@@ -13,11 +21,17 @@ from dataclasses import dataclass, field
 from .metrics import Element, Metrics, ulp_bin_labels
 from .naming import element_message, index_of, index_text
 
-__all__ = ["OutputResult", "Report", "PROBLEM_STATUSES", "STATUSES"]
+__all__ = ["OutputResult", "Report", "PROBLEM_STATUSES", "STATUSES", "STATUS_LABELS",
+           "STATUS_ROW", "NotRun"]
 
 PROBLEM_STATUSES = ("missing", "size_mismatch", "dtype_mismatch", "shape_mismatch", "unreadable",
                     "error")
-STATUSES = ("pass", "fail") + PROBLEM_STATUSES
+STATUSES = ("pass", "fail", "too_strict", "rejected") + PROBLEM_STATUSES
+#: what the reports call each status (terminal, HTML)
+STATUS_LABELS = {"pass": "PASS", "fail": "FAIL", "too_strict": "TOO STRICT", "rejected": "REJECTED",
+                 **{p: p.upper() for p in PROBLEM_STATUSES}}
+#: output name of the row that judges a case's returned status
+STATUS_ROW = "(status)"
 
 
 @dataclass
@@ -40,10 +54,12 @@ class OutputResult:
     metrics: Metrics | None = None
     ratio: dict | None = None
     heat_axes: tuple | None = None         # (row axis, column axis) of the error map
+    golden_failures: int | None = None     # elements of the rounded golden failing the rule
+    hint: str = ""                          # a likely cause (e.g. a dtype written for another)
 
     @property
     def passed(self) -> bool:
-        return self.status == "pass"
+        return self.status in ("pass", "too_strict")
 
     @property
     def verdict(self) -> str:
@@ -52,6 +68,17 @@ class OutputResult:
     @property
     def is_problem(self) -> bool:
         return self.status in PROBLEM_STATUSES
+
+    @property
+    def label(self) -> str:
+        return STATUS_LABELS.get(self.status, self.status.upper())
+
+    @property
+    def rank(self) -> int:
+        """Report order: input problems, rejected inputs, judged failures, too strict, passes."""
+        if self.is_problem:
+            return 0
+        return {"rejected": 1, "fail": 2, "too_strict": 3}.get(self.status, 4)
 
     def index(self, element: Element) -> dict[str, int]:
         return index_of(element.flat, self.shape or (), self.axes)
@@ -70,6 +97,19 @@ class OutputResult:
                 "actual": _num(e.actual), "golden": _num(e.golden), "abs_error": _num(e.abs_err),
                 "ulps": _num(e.ulps), "badness": _num(e.badness), "kind": e.kind}
 
+    def summary_dict(self) -> dict:
+        """A passing output in a few hundred bytes: what it is and how close it came."""
+        m = self.metrics
+        d = {"case_id": self.case_id, "output": self.output, "status": self.status,
+             "dtype": self.dtype}
+        if m is not None:
+            mx = m.max_abs
+            d.update(elements=m.n, max_abs_error=_num(mx.abs_err) if mx else None,
+                     max_ulps=_num(mx.ulps) if mx else None, max_rel_error=_num(m.max_rel),
+                     max_badness=_num(m.max_badness), rmse=_num(m.rmse), cosine=_num(m.cosine),
+                     ulp_histogram=_trimmed(m.ulp_hist))
+        return d
+
     def to_dict(self) -> dict:
         m = self.metrics
         d = {"case_id": self.case_id, "op": self.op, "output": self.output,
@@ -78,7 +118,7 @@ class OutputResult:
              "dtype": self.dtype, "shape": list(self.shape) if self.shape is not None else None,
              "axes": self.axes, "reduced_terms": self.reduced_terms, "rule": self.rule,
              "source": self.source, "regenerate": self.regenerate, "metrics": None, "worst": [],
-             "ratio": self.ratio}
+             "ratio": self.ratio, "golden_failures": self.golden_failures, "hint": self.hint}
         if m is not None:
             d["metrics"] = {
                 "elements": m.n, "numeric_elements": m.n_numeric,
@@ -97,6 +137,14 @@ class OutputResult:
         return d
 
 
+def _trimmed(hist) -> list[int]:
+    """Histogram counts without the empty bins at the end."""
+    counts = list(hist)
+    while counts and counts[-1] == 0:
+        counts.pop()
+    return counts
+
+
 def _num(x):
     """JSON-safe number: NaN and infinities as the strings "nan", "inf", "-inf"."""
     if x is None:
@@ -110,9 +158,19 @@ def _num(x):
 
 
 @dataclass
+class NotRun:
+    """A case with no output and no status: what it is and why it counts as not run."""
+
+    case_id: str
+    op: str
+    reason: str
+
+
+@dataclass
 class Report:
-    """Everything one comparison found. ``results`` in golden order; ``skipped`` lists
-    (case id, why) for cases with nothing to judge (negative cases)."""
+    """Everything one comparison found. ``results`` in golden order; ``not_run`` lists the
+    cases with nothing to judge (no output, no status); ``only_present`` says that such cases
+    were left out on purpose (then they do not fail the run)."""
 
     golden: str
     actual: str
@@ -120,13 +178,14 @@ class Report:
     overrides: dict = field(default_factory=dict)
     saturation: bool = False
     results: list[OutputResult] = field(default_factory=list)
-    skipped: list[tuple[str, str]] = field(default_factory=list)
+    not_run: list[NotRun] = field(default_factory=list)
+    only_present: bool = False
     notes: list[str] = field(default_factory=list)
     elapsed: float = 0.0
 
     @property
     def passed(self) -> bool:
-        return all(r.passed for r in self.results)
+        return all(r.passed for r in self.results) and (self.only_present or not self.not_run)
 
     @property
     def failures(self) -> list[OutputResult]:
@@ -137,18 +196,26 @@ class Report:
         return 0 if self.passed else 1
 
     def counts(self) -> dict:
-        c = {s: 0 for s in ("pass", "fail", "problem")}
+        c = {s: 0 for s in ("pass", "fail", "problem", "too_strict", "rejected")}
         for r in self.results:
             c["problem" if r.is_problem else r.status] += 1
         c["outputs"] = len(self.results)
         c["cases"] = len({r.case_id for r in self.results})
-        c["skipped_cases"] = len(self.skipped)
+        c["negative_cases"] = sum(1 for r in self.results if r.output == STATUS_ROW
+                                  and r.status != "rejected")
+        c["not_run_cases"] = len(self.not_run)
         return c
 
+    def not_run_by_op(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for nr in self.not_run:
+            out[nr.op] = out.get(nr.op, 0) + 1
+        return out
+
     def ordered(self) -> list[OutputResult]:
-        """Failures first (input problems, then judged failures), then passes; golden order kept
-        within each group."""
-        return sorted(self.results, key=lambda r: (0 if r.is_problem else (1 if not r.passed else 2)))
+        """Input problems, rejected inputs, judged failures, too strict, passes; golden order
+        kept within each group."""
+        return sorted(self.results, key=lambda r: r.rank)
 
     def summary_line(self) -> str:
         c = self.counts()
@@ -156,22 +223,36 @@ class Report:
         if self.overrides:
             over = " (override " + ", ".join(f"{k}={v:g}" for k, v in self.overrides.items()) + ")"
         text = (f"{'PASS' if self.passed else 'FAIL'}: {c['pass']} passed, {c['fail']} failed, "
-                f"{c['problem']} input problems of {c['outputs']} outputs in {c['cases']} cases "
-                f"[standard {self.standard}{over}{', saturation' if self.saturation else ''}]")
-        if self.skipped:
-            text += f"; {len(self.skipped)} negative cases skipped"
+                f"{c['problem']} input problems")
+        if c["rejected"]:
+            text += f", {c['rejected']} valid inputs rejected"
+        if c["too_strict"]:
+            text += f", {c['too_strict']} where the standard is stricter than the dtype"
+        text += (f" of {c['outputs']} outputs in {c['cases']} cases "
+                 f"[standard {self.standard}{over}{', saturation' if self.saturation else ''}]")
+        if c["negative_cases"]:
+            text += f"; {c['negative_cases']} negative cases judged by status"
+        if self.not_run:
+            text += (f"; {len(self.not_run)} cases not run"
+                     + (" (--only-present)" if self.only_present else ""))
         return text
 
     def to_dict(self) -> dict:
+        """Schema ``refspec-compare/2``: passing outputs compact (:meth:`OutputResult.
+        summary_dict`), everything else in full (:meth:`OutputResult.to_dict`)."""
         from .._version import __version__
-        return {"schema": "refspec-compare/1", "refspec_version": __version__,
+        return {"schema": "refspec-compare/2", "refspec_version": __version__,
                 "golden": self.golden, "actual": self.actual, "standard": self.standard,
                 "overrides": dict(self.overrides), "saturation": self.saturation,
+                "only_present": self.only_present,
                 "summary": {**self.counts(), "passed": self.passed, "line": self.summary_line(),
-                            "elapsed_seconds": self.elapsed},
+                            "elapsed_seconds": self.elapsed, "not_run_by_operator": self.not_run_by_op()},
+                "ulp_histogram_bins": ulp_bin_labels(),
                 "notes": list(self.notes),
-                "skipped": [{"case_id": c, "reason": why} for c, why in self.skipped],
-                "results": [r.to_dict() for r in self.ordered()]}
+                "not_run": [{"case_id": n.case_id, "op": n.op, "reason": n.reason}
+                            for n in self.not_run],
+                "results": [r.summary_dict() if r.status == "pass" else r.to_dict()
+                            for r in self.ordered()]}
 
     def first_failure_message(self) -> str | None:
         for r in self.ordered():

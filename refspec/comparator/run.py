@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -19,10 +20,14 @@ from .judge import JudgeOptions, golden_output_info, judge_output
 from .mapping import Mapping, load_mapping
 from .msprobe import MsprobeSource, is_msprobe_dir
 from .naming import context_of
-from .report import OutputResult, Report
+from .report import STATUS_ROW, NotRun, OutputResult, Report
 from .standards import RATIO_LEVELS, STANDARD_NAMES, resolve_rule
 
-__all__ = ["compare", "open_source", "CompareUsageError"]
+__all__ = ["compare", "open_source", "CompareUsageError", "MAX_THREADS"]
+
+#: threads that judge the blocks of one output side by side (at most the CPUs this process
+#: may use)
+MAX_THREADS = 4
 
 
 class CompareUsageError(ValueError):
@@ -81,7 +86,8 @@ def _cases(golden, selectors):
 def compare(golden, actual, *, cases=None, standard: str = "default", rtol: float | None = None,
             atol: float | None = None, saturation: bool = False, mapping=None, top: int = 10,
             ratio_level: str | None = None, heatmaps: bool = False,
-            heatmap_axes: str | None = None, progress=None, fast: bool = True) -> Report:
+            heatmap_axes: str | None = None, progress=None, fast: bool = True, status=None,
+            only_present: bool = False) -> Report:
     """Judge a kernel's outputs against golden cases.
 
     ``golden``: a golden HDF5 path, an open :class:`refspec.goldens.GoldenFile`, or case objects
@@ -92,7 +98,11 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
     :data:`STANDARD_NAMES`; ``rtol``/``atol`` override its numbers for this run.
     ``saturation``: accept max-finite where the golden is an infinity (both clipped).
     ``fast=False`` judges every block by the reference step instead of the fused one (the
-    same report, slower; for checking and benchmarks). Input problems become per-output statuses; :class:`CompareUsageError` and
+    same report, slower; for checking and benchmarks). ``status``: the status the kernel
+    returned (0: accepted; else its aclnn code), an int for one case or ``{case_id: code}``;
+    it takes the place of the ``status.json`` files of a directory. ``only_present``: cases
+    with no output and no status were left out on purpose (they do not fail the run).
+    Input problems become per-output statuses; :class:`CompareUsageError` and
     :class:`refspec.goldens.GoldenFileError` are raised for unusable arguments.
     """
     if standard not in STANDARD_NAMES:
@@ -112,26 +122,109 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
     t0 = time.perf_counter()
     source = open_source(actual, mapping)
     label, case_iter, n_cases, close = _cases(golden, cases)
+    try:
+        statuses = _statuses(status, n_cases)
+        if isinstance(actual, dict) and n_cases > 1 and actual and not any(
+                isinstance(v, dict) for v in actual.values()):
+            raise CompareUsageError(
+                f"the arrays ({', '.join(map(str, actual))}) are the outputs of one case, and "
+                f"{n_cases} cases are selected: say which with case=ID (cases= in compare), or "
+                "give {case_id: {output: array}}")
+    except BaseException:
+        close()
+        raise
     overrides = {k: v for k, v in (("rtol", rtol), ("atol", atol)) if v is not None}
     report = Report(golden=label, actual=getattr(source, "path", str(actual)), standard=standard,
-                    overrides=overrides, saturation=saturation)
+                    overrides=overrides, saturation=saturation, only_present=only_present)
+    threads = min(len(os.sched_getaffinity(0)), MAX_THREADS) if fast else 1
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="refspec-compare") if threads > 1 \
+        else None
     opts = JudgeOptions(standard, rtol, atol, saturation, top, ratio_level, heatmap_axes, heatmaps,
-                        fast=fast)
+                        fast=fast, pool=pool)
     try:
         for i, case in enumerate(case_iter):
-            if getattr(case, "expected_error", None) is not None:
-                report.skipped.append((case.case_id, f"negative case: the operator must reject it "
-                                                     f"(aclnn {case.expected_error})"))
-                continue
             source.single_case = case.case_id if n_cases == 1 else None
-            _judge_case(case, source, opts, report)
+            if statuses is None:
+                code, why = source.status(case.case_id)
+            else:
+                code, why = statuses.get(case.case_id, statuses.get(None)), None
+            if not _judge_status(case, code, why, report):
+                _judge_case(case, source, opts, report, code is not None)
             if progress is not None:
                 progress(i + 1, n_cases, case.case_id)
     finally:
+        if pool is not None:
+            pool.shutdown()
         close()
         source.close()
     report.elapsed = time.perf_counter() - t0
     return report
+
+
+def _statuses(status, n_cases):
+    """``status`` as {case_id: code} ({None: code} for one case), or None when not given."""
+    if status is None:
+        return None
+    if isinstance(status, dict):
+        bad = [k for k, v in status.items() if not isinstance(v, int) or isinstance(v, bool)]
+        if bad:
+            raise CompareUsageError(f"status of case {bad[0]!r}: give an integer code (0 when "
+                                    "the kernel accepted the input)")
+        return dict(status)
+    if isinstance(status, int) and not isinstance(status, bool):
+        if n_cases != 1:
+            raise CompareUsageError(f"status={status}: one code for {n_cases} cases; give "
+                                    "{case_id: code}")
+        return {None: status}
+    raise CompareUsageError(f"status: give an integer code or {{case_id: code}}, not "
+                            f"{type(status).__name__}")
+
+
+def _status_row(case, status, reason, message="", code=None) -> OutputResult:
+    return OutputResult(case.case_id, case.op, STATUS_ROW, context_of(case.op, case.params),
+                        regenerate=getattr(case, "regenerate", "") or "", status=status,
+                        reason=reason, message=message, rule=(
+                            f"the kernel returns aclnn {case.expected_error}"
+                            if case.expected_error is not None else "the kernel returns 0"))
+
+
+def _judge_status(case, code, why, report: Report) -> bool:
+    """Judge the status a kernel returned for a case (docs/compare.md, "Negative cases"): a
+    negative case passes when the code equals the expected one and is "not run" without a
+    status; a positive case with a non-zero status is "rejected". True when the case needs
+    nothing more (its outputs are not judged)."""
+    expected = getattr(case, "expected_error", None)
+    context = context_of(case.op, case.params)
+    if why is not None:
+        report.results.append(_status_row(case, "unreadable", why,
+                                          f"{STATUS_ROW}: unreadable: {why} [{context}]"))
+        return True
+    if expected is None:
+        if code is None or code == 0:
+            return False
+        reason = f"the kernel returned {code} for a valid input (expected 0)"
+        report.results.append(_status_row(case, "rejected", reason,
+                                          f"{STATUS_ROW} = {code} but should be 0: rejected a "
+                                          f"valid input [{context}]"))
+        return True
+    what = f"aclnn {expected}" + (f" {case.expected_error_status}"
+                                  if getattr(case, "expected_error_status", None) else "")
+    if code is None:
+        report.not_run.append(NotRun(case.case_id, case.op, f"negative case without a status "
+                                                            f"(expected {what})"))
+        return True
+    if code == expected:
+        report.results.append(_status_row(case, "pass", f"rejected with {what} as expected"))
+        return True
+    why_rejected = getattr(case, "expected_error_message", None) or ""
+    if code == 0:
+        reason = f"accepted an input it must reject (expected {what}: {why_rejected})"
+    else:
+        reason = f"returned {code}, expected {what} ({why_rejected})"
+    report.results.append(_status_row(case, "fail", reason,
+                                      f"{STATUS_ROW} = {code} but should be {expected} "
+                                      f"[{context}]"))
+    return True
 
 
 #: cases with more input elements than this are judged without the float32 evaluation bound
@@ -152,14 +245,25 @@ def elementwise_sum_abs(case, names) -> dict:
                                       names)
 
 
-def _judge_case(case, source, opts: JudgeOptions, report: Report) -> None:
+def _judge_case(case, source, opts: JudgeOptions, report: Report, has_status: bool) -> None:
     context = context_of(case.op, case.params)
+    lookups, infos = {}, {}
+    for name in case.output_names:
+        try:
+            info = infos[name] = golden_output_info(case, name)
+            lookups[name] = source.lookup(case.case_id, case.op, name, info["dtype"],
+                                          info["shape"])
+        except Exception as exc:  # a reader bug must not end the run
+            lookups[name] = Problem("unreadable", f"{' '.join(str(exc).split())}")
+    if lookups and not has_status and all(isinstance(v, Problem) and v.status == "missing"
+                                          for v in lookups.values()):
+        report.not_run.append(NotRun(case.case_id, case.op, "no output and no status"))
+        return
     elem_S = {}
     if opts.standard == "default" and opts.rtol is None and opts.atol is None:
-        names = [n for n in case.output_names
-                 if case.output_meta(n).get("comparison_class") == ELEMENTWISE
-                 and n not in case.sum_abs
-                 and case.output_meta(n).get("dtype") in ("float32", "float64")]
+        names = [n for n, i in infos.items()
+                 if i["cls"] == ELEMENTWISE and n not in case.sum_abs
+                 and i["dtype_name"] in ("float32", "float64")]
         try:
             elem_S = elementwise_sum_abs(case, names)
         except Exception:       # without S the element rule alone judges
@@ -174,7 +278,7 @@ def _judge_case(case, source, opts: JudgeOptions, report: Report) -> None:
             bench_error = f"benchmark failed: {' '.join(str(exc).split())}"
     for name in case.output_names:
         try:
-            info = golden_output_info(case, name)
+            info = infos.get(name) or golden_output_info(case, name)
             rule = resolve_rule(opts.standard, info["dtype_name"], info["cls"], info["K"],
                                 rtol=opts.rtol, atol=opts.atol, op=case.op,
                                 ratio_level=opts.ratio_level)
@@ -192,10 +296,7 @@ def _judge_case(case, source, opts: JudgeOptions, report: Report) -> None:
                                                reason=bench_error, rule=rule.describe(),
                                                message=f"{name}: error: {bench_error} [{context}]"))
             continue
-        try:
-            actual = source.lookup(case.case_id, case.op, name, info["dtype"], info["shape"])
-        except Exception as exc:  # a reader bug must not end the run
-            actual = Problem("unreadable", f"{' '.join(str(exc).split())}")
+        actual = lookups[name]
         res = judge_output(case, name, actual, rule, opts, context,
-                           None if bench is None else bench.get(name), elem_S.get(name))
+                           None if bench is None else bench.get(name), elem_S.get(name), info)
         report.results.append(res)

@@ -106,6 +106,9 @@ class Rule:
       else holds: what float32 evaluation of c*d + s*e can do when the products cancel (needs S).
     - ``pass_fraction`` of the numeric elements must pass, and the max abs error must be at
       most ``max_abs_cap`` (None: no cap). ``ratio``: judged by the dual benchmark instead.
+    - ``exempt_rounded``: an element whose bits equal the golden rounded to the output dtype
+      passes whatever else holds (how the comparator tells a standard stricter than the dtype
+      from a kernel failure, docs/compare.md "Too strict").
     """
 
     standard: str
@@ -119,6 +122,7 @@ class Rule:
     pass_fraction: float = 1.0
     max_abs_cap: float | None = None
     ratio_level: str | None = None
+    exempt_rounded: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def describe(self) -> str:

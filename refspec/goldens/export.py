@@ -4,12 +4,16 @@
 after its aclnn parameter (``dy.bin``, ``gradQueryOutput.bin``), ``golden_<output>.bin`` per
 expected output and ``case.json`` describing every file. ``.bin`` is ``ndarray.tofile``: raw,
 little-endian, C order, bfloat16 as its 16-bit patterns; ``.npy`` is NumPy's format (what
-``np.save`` writes), bfloat16 saved as uint16 bits. A dataset stored raw (the default, no
-compression) is copied from its byte ranges in the golden file with large sequential reads;
-others are read through h5py in blocks. Each file is written to a temporary name and renamed,
-and existing files are never overwritten without ``force`` (checked for every file before
-anything is written). The cases' metadata come from the golden file's index, so no HDF5
-attribute is read per case.
+``np.save`` writes), bfloat16 saved as uint16 bits. ``case.json`` also says what the kernel's
+harness writes back: ``<output>.bin`` per output, and ``status.json`` with the status the
+kernel returned, ``{"code": 0}`` when it accepted the input or ``{"code": 561002}`` (its aclnn
+code) when it rejected it; ``expected_code`` is the code the case expects (0 for a positive
+case), which ``refspec compare`` checks (docs/compare.md, "Negative cases"). A dataset stored
+raw (the default, no compression) is copied from its byte ranges in the golden file with large
+sequential reads; others are read through h5py in blocks. Each file is written to a temporary
+name and renamed, and existing files are never overwritten without ``force`` (checked for
+every file before anything is written). The cases' metadata come from the golden file's index,
+so no HDF5 attribute is read per case.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ __all__ = ["FORMATS", "ExportError", "ExportedFile", "select_cases", "export_cas
 
 FORMATS = ("bin", "npy")
 EXPORT_SCHEMA = "refspec-export/1"
+#: the file the harness writes with the status its kernel returned (refspec compare reads it)
+STATUS_FILE = "status.json"
 BLOCK_BYTES = 64 << 20
 
 
@@ -170,7 +176,12 @@ def case_description(case: GoldenCase, gf: GoldenFile, fmt: str, written: dict,
         "schema": EXPORT_SCHEMA, "case_id": case.case_id, "operator": case.op,
         "aclnn_operator": op.aclnn, "parameters": case.params,
         "seed": case.seed, "soc": case.soc or None, "distribution": case.distribution,
-        "expected_error": error, "regenerate": case.regenerate,
+        "expected_error": error, "expected_code": case.expected_error or 0,
+        "status_file": {"name": STATUS_FILE, "content": '{"code": N}',
+                        "meaning": "the status the kernel returned: 0 when it accepted the "
+                                   "input, else its aclnn code; the case passes only when N "
+                                   "equals expected_code"},
+        "regenerate": case.regenerate,
         "source": {"file": os.path.basename(gf.path), "sweep_name": gf.attrs.get("sweep_name"),
                    "sweep_seed": gf.attrs.get("sweep_seed"),
                    "refspec_version": gf.attrs.get("refspec_version")},

@@ -65,7 +65,7 @@ def test_failures_exit_1_with_reports(setup, tmp_path):
     assert lines[1].split()[0] in ("MISSING", "FAIL")
     assert any(ln.strip().startswith("dx[b=1,n=0,s=3,d=2] = ") for ln in lines)
     doc = json.loads((tmp_path / "r.json").read_text())
-    assert doc["schema"] == "refspec-compare/1"
+    assert doc["schema"] == "refspec-compare/2"
     assert set(doc) >= {"golden", "actual", "standard", "overrides", "saturation", "summary", "results"}
     r0 = next(r for r in doc["results"] if r["output"] == "dx")
     assert set(r0) >= {"case_id", "output", "verdict", "status", "reason", "message", "metrics",

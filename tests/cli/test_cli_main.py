@@ -38,3 +38,13 @@ def test_python_m_refspec_cli_with_worker_processes(tmp_path):
     proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert out.exists() and "Traceback" not in proc.stderr
+
+
+def test_bare_refspec_prints_the_help_with_exit_0():
+    proc = subprocess.run([sys.executable, "-m", "refspec"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("Usage: ") and "Commands:" in lines and len(lines) > 10
+    assert any(ln.strip().startswith("compare") for ln in lines)

@@ -1,0 +1,361 @@
+"""Statuses beyond pass/fail (docs/compare.md, "Statuses"): negative cases judged by the status
+a harness writes (status.json or compare(status=...)), valid inputs rejected, cases not run
+(partial runs, --only-present), a standard stricter than the dtype (too_strict); their place in
+the text, JSON, JUnit and HTML reports and in the exit code. Also the small things: cosine
+exactly 1 and clamped, --failures-only keeping the total, the float16/bfloat16 hint, the .npy
+wording, readers ignoring a retired self_stats attribute, asking for case= and pytest
+tracebacks without refspec.testing's frames."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import refspec
+import refspec.goldens as goldens
+from refspec import ops
+from refspec.comparator import CompareUsageError, compare
+from refspec.comparator.metrics import cosine
+from refspec.comparator.render_html import render_html
+from refspec.comparator.render_junit import render_junit
+from refspec.comparator.render_text import render_text
+from refspec.goldens.example import rope_grad_case
+from refspec.goldens.export import export_cases as export
+from refspec.spec.dtypes import round_to
+from refspec.testing import assert_matches_golden
+
+POS = ["rope/pos/a", "rope/pos/b", "rope/pos/c"]
+NEG = "rope/neg/d=odd"
+BIG = "rope/big/bf16"
+
+
+@pytest.fixture(scope="module")
+def golden(tmp_path_factory):
+    path = tmp_path_factory.mktemp("g") / "g.h5"
+    neg = rope_grad_case(dtype="float32", seed=3)
+    with goldens.GoldenWriter(path, sweep_name="t", sweep_definition="", sweep_seed=0) as w:
+        for k, cid in enumerate(POS):
+            w.write_case(cid, **rope_grad_case(B=1, N=2, S=4, D=8, dtype="float16", seed=k))
+        w.write_case(NEG, op=neg["op"], params=neg["params"], seed=3, soc="A2",
+                     distribution="random", inputs=neg["inputs"],
+                     expected_error=refspec.TilingError("dy: D=31 must be even"), regenerate="r")
+    return str(path)
+
+
+def _write_outputs(golden, root, case_ids, skip=()):
+    with goldens.open(golden) as gf:
+        for cid in case_ids:
+            case = gf[cid]
+            for n in case.output_names:
+                if n in skip:
+                    continue
+                a = case.expected[n][()]
+                a.view(f"u{a.itemsize}").tofile(
+                    root.joinpath(*cid.split("/"), ops.get(case.op).output_file(n)))
+
+
+def _status(root, cid, code):
+    root.joinpath(*cid.split("/"), "status.json").write_text(json.dumps({"code": code}))
+
+
+@pytest.fixture
+def exported(golden, tmp_path):
+    out = tmp_path / "out"
+    export(golden, out)
+    _write_outputs(golden, out, POS)
+    return out
+
+
+def test_case_json_says_the_expected_code(golden, exported):
+    for cid, code in ((POS[0], 0), (NEG, 561002)):
+        desc = json.loads(exported.joinpath(*cid.split("/"), "case.json").read_text())
+        assert desc["expected_code"] == code
+        assert desc["status_file"]["name"] == "status.json"
+
+
+def test_negative_case_passes_only_with_the_expected_code(golden, exported):
+    _status(exported, NEG, 561002)
+    rep = compare(golden, str(exported))
+    row = next(r for r in rep.results if r.case_id == NEG)
+    assert (row.output, row.status) == ("(status)", "pass") and rep.exit_code == 0
+    assert "1 negative cases judged" in rep.summary_line()
+    _status(exported, NEG, 0)
+    rep = compare(golden, str(exported))
+    row = next(r for r in rep.results if r.case_id == NEG)
+    assert row.status == "fail" and "accepted an input it must reject" in row.reason
+    assert "561002" in row.reason and rep.exit_code == 1
+    _status(exported, NEG, 161002)
+    row = next(r for r in compare(golden, str(exported)).results if r.case_id == NEG)
+    assert row.status == "fail" and "returned 161002" in row.reason
+
+
+def test_negative_case_without_status_is_not_run(golden, exported):
+    rep = compare(golden, str(exported))
+    assert [n.case_id for n in rep.not_run] == [NEG] and rep.exit_code == 1
+    assert all(r.case_id != NEG for r in rep.results)
+    assert compare(golden, str(exported), only_present=True).exit_code == 0
+
+
+def test_status_file_that_cannot_be_read(golden, exported):
+    exported.joinpath(*NEG.split("/"), "status.json").write_text('{"code": "561002"}')
+    row = next(r for r in compare(golden, str(exported)).results if r.case_id == NEG)
+    assert row.status == "unreadable" and "integer" in row.reason
+
+
+def test_positive_case_with_a_non_zero_status_is_rejected(golden, exported):
+    _status(exported, NEG, 561002)
+    _status(exported, POS[1], 561002)
+    _status(exported, POS[0], 0)
+    rep = compare(golden, str(exported))
+    rows = [r for r in rep.results if r.case_id == POS[1]]
+    assert [(r.output, r.status) for r in rows] == [("(status)", "rejected")]
+    assert "for a valid input" in rows[0].reason and rep.exit_code == 1
+    assert "1 valid inputs rejected" in rep.summary_line()
+    assert all(r.status == "pass" for r in rep.results if r.case_id == POS[0])
+    assert render_text(rep).splitlines()[1].startswith("REJECTED")
+    suite = ET.fromstring(render_junit(rep).split("\n", 1)[1])
+    assert suite.get("failures") == "1"
+
+
+def test_python_api_takes_the_status(golden):
+    with goldens.open(golden) as gf:
+        exp = {n: gf[POS[0]].expected[n][()] for n in gf[POS[0]].output_names}
+    rep = compare(golden, exp, cases=[POS[0]], status=0)
+    assert rep.passed
+    rep = compare(golden, exp, cases=[POS[0]], status=561002)
+    assert [r.status for r in rep.results] == ["rejected"]
+    rep = compare(golden, {NEG: {}}, cases=[NEG], status={NEG: 561002})
+    assert [r.status for r in rep.results] == ["pass"]
+    with pytest.raises(CompareUsageError, match="integer"):
+        compare(golden, exp, cases=[POS[0]], status="0")
+
+
+def test_partial_run_not_run_summarised_per_operator(golden, tmp_path):
+    out = tmp_path / "partial"
+    export(golden, out)
+    _write_outputs(golden, out, POS[:1])
+    _write_outputs(golden, out, POS[1:2], skip=("dsin",))      # run, one output missing
+    rep = compare(golden, str(out))
+    assert sorted(n.case_id for n in rep.not_run) == sorted([POS[2], NEG])
+    missing = [r for r in rep.results if r.status == "missing"]
+    assert [(r.case_id, r.output) for r in missing] == [(POS[1], "dsin")]
+    text = render_text(rep)
+    not_run = [ln for ln in text.splitlines() if ln.startswith("NOT RUN")]
+    assert len(not_run) == 1 and "2 x rotary_position_embedding_grad" in not_run[0]
+    assert POS[2] not in text                                  # ids only in the JSON report
+    doc = rep.to_dict()
+    assert {n["case_id"] for n in doc["not_run"]} == {POS[2], NEG}
+    assert doc["summary"]["not_run_by_operator"] == {"rotary_position_embedding_grad": 2}
+    assert rep.exit_code == 1
+    suite = ET.fromstring(render_junit(rep).split("\n", 1)[1])
+    assert len(suite.findall("testcase/error[@type='not_run']")) == 2
+    assert "Not run (2 cases)" in render_html(rep)
+
+
+def test_only_present_on_the_command_line(golden, tmp_path):
+    out = tmp_path / "partial"
+    export(golden, out)
+    _write_outputs(golden, out, POS[:1])
+    code = "import sys; from refspec.cli import main; sys.argv[0] = 'refspec'; main()"
+    run = lambda *a: subprocess.run([sys.executable, "-c", code, "compare", golden, str(out), *a],  # noqa: E731
+                                    capture_output=True, text=True)
+    p = run()
+    assert p.returncode == 1 and "3 cases not run" in p.stdout.splitlines()[-1]
+    p = run("--only-present")
+    assert p.returncode == 0, p.stdout
+    assert p.stdout.splitlines()[-1].startswith("PASS") and "(--only-present)" in p.stdout
+
+
+def test_one_case_arrays_for_several_cases_ask_for_case(golden):
+    with goldens.open(golden) as gf:
+        exp = {n: gf[POS[0]].expected[n][()] for n in gf[POS[0]].output_names}
+    with pytest.raises(CompareUsageError, match="case="):
+        compare(golden, exp)
+    with pytest.raises(CompareUsageError, match="case="):
+        assert_matches_golden(golden, exp)
+    assert_matches_golden(golden, exp, case=POS[0])
+
+
+# -- a standard stricter than the dtype -----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def big_bf16(tmp_path_factory):
+    """A bfloat16 case with values beyond 4, where half an ulp (2^-6 and more) exceeds the
+    vendor script's absolute threshold 2^-7."""
+    path = tmp_path_factory.mktemp("s") / "g.h5"
+    kw = rope_grad_case(B=1, N=2, S=16, D=16, dtype="bfloat16", seed=4)
+    for k in ("dy", "x"):
+        kw["inputs"][k] = round_to(np.asarray(kw["inputs"][k], np.float64) * 8, ml_dtypes.bfloat16)
+    i = kw["inputs"]
+    names = ("dx", "dcos", "dsin")
+    rounded = refspec.rotary_position_embedding_grad(i["dy"], i["cos"], i["sin"], i["x"], mode=0)
+    exact = refspec.rotary_position_embedding_grad(i["dy"], i["cos"], i["sin"], i["x"], mode=0,
+                                                   out_dtype=np.float64)
+    kw["expected"], kw["exact"] = dict(zip(names, rounded)), dict(zip(names, exact))
+    from refspec.spec.terms import rope_grad_terms
+    kw["terms"] = rope_grad_terms(i["dy"], i["cos"], i["sin"], i["x"], mode=0)
+    with goldens.GoldenWriter(path, sweep_name="t", sweep_definition="", sweep_seed=0) as w:
+        w.write_case(BIG, **kw)
+    dx_err = np.abs(np.asarray(kw["expected"]["dx"], np.float64) - kw["exact"]["dx"])
+    assert np.count_nonzero(dx_err > 2.0 ** -7) > 0          # the rounded golden fails it
+    return str(path), {n: np.asarray(kw["expected"][n]).copy() for n in names}
+
+
+def test_rounded_golden_failing_the_standard_is_too_strict(big_bf16):
+    path, exp = big_bf16
+    rep = compare(path, exp, standard="vendor-threshold")
+    dx = next(r for r in rep.results if r.output == "dx")
+    assert dx.status == "too_strict" and dx.golden_failures == dx.metrics.failures > 0
+    assert "stricter than bfloat16" in dx.reason
+    assert rep.passed and rep.exit_code == 0
+    assert rep.counts()["too_strict"] >= 1
+    assert "where the standard is stricter than the dtype" in rep.summary_line()
+    assert any(ln.startswith("TOO STRICT") for ln in render_text(rep).splitlines())
+    suite = ET.fromstring(render_junit(rep).split("\n", 1)[1])
+    assert int(suite.get("skipped")) == rep.counts()["too_strict"]
+    assert "class='too_strict'" in render_html(rep)
+    # the default standard accepts the correctly rounded value
+    assert compare(path, exp).passed and not compare(path, exp).counts()["too_strict"]
+
+
+def test_a_real_error_beside_unattainable_ones_still_fails(big_bf16):
+    path, exp = big_bf16
+    bad = dict(exp)
+    dx = bad["dx"].copy()
+    dx[0, 1, 3, 2] = dx[0, 1, 3, 2] + ml_dtypes.bfloat16(1.0)
+    bad["dx"] = dx
+    row = next(r for r in compare(path, bad, standard="vendor-threshold").results
+               if r.output == "dx")
+    assert row.status == "fail"
+    assert row.golden_failures > 0 and "equal the golden rounded to bfloat16" in row.reason
+
+
+# -- small things -----------------------------------------------------------------------------
+
+def test_cosine_exactly_one_for_identical_arrays_and_clamped():
+    x = np.array([[[[0.1, 0.3]]]], np.float32)
+    case = refspec.comparator.spec_case("rotary_position_embedding", x=x, cos=np.ones_like(x),
+                                        sin=np.zeros_like(x), mode=0)
+    y = case.exact["y"]
+    assert np.array_equal(y, x.astype(np.float64))             # the golden is exactly x
+    s = float(np.sum(y * y))
+    assert s / (np.sqrt(s) * np.sqrt(s)) > 1.0                 # the textbook formula: 1 + 2^-52
+    assert case.expected["y"].dtype == np.float32
+    y = case.expected["y"]
+    m = compare(case, {"y": y}).results[0].metrics
+    assert m.cosine == 1.0
+    assert cosine(1.0 + 2.0 ** -52, 1.0, 1.0, identical=False) == 1.0
+    assert cosine(-1.0 - 2.0 ** -52, 1.0, 1.0, identical=False) == -1.0
+    assert cosine(0.0, 0.0, 0.0, identical=True) == 1.0        # both all zero
+    assert cosine(0.0, 0.0, 4.0, identical=False) == 0.0       # one side all zero
+
+
+def test_failures_only_keeps_the_total_line(golden, exported):
+    _status(exported, NEG, 561002)
+    code = "import sys; from refspec.cli import main; sys.argv[0] = 'refspec'; main()"
+    p = subprocess.run([sys.executable, "-c", code, "compare", golden, str(exported),
+                        "--failures-only"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.strip().splitlines() == [compare(golden, str(exported)).summary_line()]
+
+
+def test_float16_bfloat16_mix_up_hint(tmp_path):
+    path = tmp_path / "g.h5"
+    with goldens.GoldenWriter(path, sweep_name="t", sweep_definition="", sweep_seed=0) as w:
+        w.write_case("rope/bf", **rope_grad_case(B=1, N=2, S=8, D=16, dtype="bfloat16", seed=1))
+    out = tmp_path / "out"
+    export(str(path), out)
+    with goldens.open(path) as gf:
+        exact = {n: gf["rope/bf"].exact[n][()] for n in ("dx", "dcos", "dsin")}
+    d = out / "rope" / "bf"
+    exact["dx"].astype(np.float16).tofile(d / "dx.bin")            # float16 bits in a .bin
+    np.save(d / "dcos.npy", exact["dcos"].astype(np.float16))      # float16 in a .npy
+    exact["dsin"].astype(ml_dtypes.bfloat16).view(np.uint16).tofile(d / "dsin.bin")
+    (d / "status.json").write_text('{"code": 0}')
+    rows = {r.output: r for r in compare(str(path), str(out)).results}
+    assert rows["dx"].status == "fail" and "was float16 written where bfloat16" in rows["dx"].hint
+    assert "hint: read as float16" in render_text(compare(str(path), str(out)))
+    assert rows["dcos"].status == "dtype_mismatch"
+    assert "was float16 written where bfloat16 is expected" in rows["dcos"].reason
+    assert rows["dsin"].hint == ""
+
+
+def test_single_npy_wording(golden, tmp_path):
+    with goldens.open(golden) as gf:
+        dx = gf[POS[0]].expected["dx"][()]
+    np.save(tmp_path / "dx.npy", dx)
+    rows = {r.output: r for r in compare(golden, str(tmp_path / "dx.npy"), cases=[POS[0]]).results}
+    assert rows["dx"].status == "pass"
+    assert rows["dcos"].status == "missing"
+    assert "is one array, read as output 'dx'" in rows["dcos"].reason
+    assert "no key" not in rows["dcos"].reason
+
+
+def test_file_with_a_self_stats_attribute_is_read(golden, tmp_path):
+    """Golden files written before self statistics were retired carry `self_stats` on their
+    expected datasets; readers ignore it."""
+    import shutil
+
+    import h5py
+    old = tmp_path / "old.h5"
+    shutil.copy(golden, old)
+    with h5py.File(old, "r+") as f:
+        ds = f["cases"][POS[0]]["expected"]["dx"]
+        ds.attrs["self_stats"] = json.dumps({"version": 1, "n": int(np.prod(ds.shape))})
+    with goldens.open(old) as gf:
+        exp = {n: gf[POS[0]].expected[n][()] for n in gf[POS[0]].output_names}
+    rep = compare(str(old), exp, cases=[POS[0]])
+    assert rep.passed and len(rep.results) == 3
+
+
+def test_pytest_failure_points_at_the_callers_line(golden, tmp_path):
+    test = tmp_path / "test_kernel.py"
+    test.write_text(textwrap.dedent(f"""
+        import numpy as np
+        import refspec.goldens as goldens
+        from refspec.testing import assert_matches_golden
+
+        def test_kernel():
+            with goldens.open({golden!r}) as gf:
+                case = gf[{POS[0]!r}]
+                out = {{n: case.expected[n][()].copy() for n in case.output_names}}
+            out["dx"][0, 1, 2, 3] += 1
+            assert_matches_golden({golden!r}, out, case={POS[0]!r})
+    """))
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 1
+    assert "dx[b=0,n=1,s=2,d=3]" in p.stdout
+    assert "assert_matches_golden(" in p.stdout                 # the caller's line
+    assert "testing.py" not in p.stdout and "_raise_if_failed" not in p.stdout
+
+
+def test_cap_that_rejects_the_rounded_golden_is_too_strict():
+    """ascend-mixed caps the max abs error at 0.1 for bfloat16: half an ulp of values in
+    [64, 128) is 0.25, so the correctly rounded output can exceed the cap; one element moved
+    by an ulp (within rtol, but not the rounded golden) must still fail."""
+    bf16 = ml_dtypes.bfloat16
+    rng = np.random.default_rng(7)
+    x = round_to(rng.uniform(64, 128, (1, 2, 8, 16)), bf16)
+    cos = round_to(np.cos(rng.uniform(-3, 3, (1, 1, 8, 16))), bf16)
+    sin = round_to(np.sin(rng.uniform(-3, 3, (1, 1, 8, 16))), bf16)
+    case = refspec.comparator.spec_case("rotary_position_embedding", x=x, cos=cos, sin=sin,
+                                        mode=0)
+    y = np.asarray(case.expected["y"])
+    err = np.abs(y.astype(np.float64) - case.exact["y"])
+    assert err.max() > 0.1                                   # the rounding alone is over the cap
+    row = compare(case, {"y": y}, standard="ascend-mixed").results[0]
+    assert row.status == "too_strict", row.reason
+    moved = y.copy()
+    i = np.unravel_index(int(np.argmin(err)), y.shape)
+    bits = moved.view(np.uint16)
+    bits[i] += 1                                             # one ulp away from the rounded value
+    row = compare(case, {"y": moved}, standard="ascend-mixed").results[0]
+    assert row.status == "fail"
