@@ -209,6 +209,26 @@ def _spacing(gv, mant, lowest):
     return _bits_f64(np.int64(((k + 1023) << 52) if k >= -1022 else (1 << (k + 1074))))
 
 
+@njit(inline="always")
+def _inverse_spacing(gv, mant, lowest):
+    """1 / :func:`_spacing` for dtypes narrower than float64 (2^-k with k >= -149: a normal
+    float64), so ``ulps = |d| * _inverse_spacing`` equals ``|d| / spacing`` exactly."""
+    b = (_f64_bits(gv) >> 52) & _EXP_MASK
+    k = (b if b > lowest else lowest) - 1023 - mant
+    return _bits_f64(np.int64((1023 - k) << 52))
+
+
+@njit(inline="always")
+def _bin(ulps):
+    """The ulp histogram bin of a distance: the biased exponent of (bits + mantissa mask) is
+    1023 + ceil(log2 ulps); 0 for no distance, the last bin above 2^20."""
+    raw = (_f64_bits(ulps) + _MANT64) >> 52
+    bx = raw - _LO + 1
+    bx = 1 if bx < 1 else bx
+    bx = _NBINS - 1 if bx > _NBINS - 1 else bx
+    return 0 if raw == 0 else bx
+
+
 @njit(nogil=True, error_model="numpy")
 def _chunk(A, E, G, Sx, m, has_S, mapped, I, c0, kind, flags, params, flat0, heat,
            geom, st, ist, hist, top, elems, BAD, B):
@@ -275,18 +295,14 @@ def _chunk(A, E, G, Sx, m, has_S, mapped, I, c0, kind, flags, params, flat0, hea
                 ev = E[k]
                 same = (ev == av) & (math.copysign(1.0, ev) == math.copysign(1.0, av))
                 BAD[k] = 0.0 if same else BAD[k]
-    # histogram bins: the biased exponent of (bits of ulps + mantissa mask) is
-    # 1023 + ceil(log2 ulps)
-    for k in range(m):
-        gv = G[k]
-        ad = abs(A[k] - gv)
-        ul = _spacing(gv, mant, lowest)
-        ulps = ad / ul
-        raw = (_f64_bits(ulps) + _MANT64) >> 52
-        bx = raw - _LO + 1
-        bx = 1 if bx < 1 else bx
-        bx = _NBINS - 1 if bx > _NBINS - 1 else bx
-        B[k] = 0 if raw == 0 else bx
+    if kind == 3:
+        for k in range(m):
+            gv = G[k]
+            B[k] = _bin(abs(A[k] - gv) / _spacing(gv, mant, lowest))
+    else:                               # 1 / spacing is a float64 too: multiply (same value)
+        for k in range(m):
+            gv = G[k]
+            B[k] = _bin(abs(A[k] - gv) * _inverse_spacing(gv, mant, lowest))
     sums = np.empty(5)
     mr = _sums(A, G, m, sv, sums)
     counts = _counts(A, G, BAD, m, sv, e_small)
