@@ -34,8 +34,8 @@ __all__ = ["CASE_JSON", "find_folders", "describe_folder", "describe_folders"]
 CASE_JSON = "case.json"
 _EXTENSIONS = (".bin", ".npy")
 _FIELDS = {"schema", "case_id", "operator", "aclnn_operator", "parameters", "attributes", "seed",
-           "soc", "distribution", "expected_error", "regenerate", "source", "format",
-           "byte_order", "order", "files", "dtype"}
+           "soc", "distribution", "expected_error", "expected_code", "status_file", "regenerate",
+           "source", "format", "byte_order", "order", "files", "dtype"}
 
 
 def find_folders(paths) -> list[tuple[str, str]]:
@@ -134,6 +134,19 @@ class _Folder:
         return op.complete_attrs(attrs)
 
     def expected_code(self):
+        code = self._stated_code()
+        if "expected_code" in self.doc and code is not UNSTATED:
+            if self.doc["expected_code"] != (code or 0):
+                self.fail(f'"expected_code" {self.doc["expected_code"]!r} contradicts '
+                          f'"expected_error" (code {code or 0})')
+        elif "expected_code" in self.doc:
+            given = self.doc["expected_code"]
+            if not isinstance(given, int) or isinstance(given, bool):
+                self.fail('"expected_code" must be an integer (0 for a positive case)')
+            return given or None
+        return code
+
+    def _stated_code(self):
         if "expected_error" not in self.doc:
             return UNSTATED
         err = self.doc["expected_error"]

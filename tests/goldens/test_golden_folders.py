@@ -299,6 +299,9 @@ def test_an_exported_file_that_changed_or_a_wrong_claim_is_an_error(smoke_golden
         f.pop("sha256")
     doc["expected_error"] = {"code": 161002, "status": "", "message": ""}
     json.dump(doc, open(os.path.join(d, "case.json"), "w"))
+    _reject(d, '"expected_code" 0 contradicts "expected_error" (code 161002)')
+    doc["expected_code"] = 161002
+    json.dump(doc, open(os.path.join(d, "case.json"), "w"))
     with pytest.raises(InputError, match="says the inputs are rejected with 161002, but the spec "
                                          "for profile .* accepts them"):
         build([d], tmp_path / "g.h5")
