@@ -9,9 +9,9 @@ Pure NumPy functions that mirror the documented formulas line by line (see ``doc
 
 All arithmetic is float64 on the exact inputs; outputs are rounded once (half to even) to the
 documented dtype, or returned exact with ``out_dtype=np.float64``. ``soc="A2"|"A3"|"950"`` adds a
-chip profile's validation; rejected arguments raise :class:`AclnnError` subclasses.
+chip profile's validation; rejected arguments raise ``AclnnError`` subclasses.
 
-``import refspec`` loads the specification alone (:mod:`refspec.spec`, NumPy and ml_dtypes). The
+``import refspec`` loads the specification alone (``refspec.spec``, NumPy and ml_dtypes). The
 layers above it load when first used: ``refspec.compare(golden, actual)`` (the comparator),
 ``refspec.ops``, ``refspec.goldens``, ``refspec.comparator``, ``refspec.testing``.
 """

@@ -54,9 +54,9 @@ def assert_matches_golden(golden_path_or_case, actual, *, case=None, standard: s
                           saturation: bool = False, mapping=None, **kwargs) -> Report:
     """Assert that ``actual`` matches the golden: a golden file path (all cases, or ``case``:
     ids or patterns), an open GoldenFile, or one case object. ``actual`` as for
-    :func:`refspec.compare`: a path, ``{output: array}`` for one case, or
+    ``refspec.compare``: a path, ``{output: array}`` for one case, or
     ``{case_id: {output: array}}`` (``{output: array}`` for several cases asks for ``case``);
-    ``status``: the status the kernel returned (see :func:`refspec.compare`). Returns the
+    ``status``: the status the kernel returned (see ``refspec.compare``). Returns the
     report when everything passes."""
     __tracebackhide__ = True            # pytest: the failure points at the caller's line
     report = compare(golden_path_or_case, actual, cases=case, standard=standard, rtol=rtol,
@@ -72,7 +72,7 @@ def assert_allclose_to_spec(actual_array, op: str, output_name: str, *, standard
                             **spec_kwargs) -> Report:
     """Assert that one output array matches the spec's exact result for ``op`` (a refspec
     function name) called with ``spec_kwargs`` (its tensors and attributes, and ``soc``).
-    ``layout`` names the axes when the shapes alone do not (see :func:`spec_case`)."""
+    ``layout`` names the axes when the shapes alone do not (see ``spec_case``)."""
     __tracebackhide__ = True
     case = spec_case(op, layout=layout, **spec_kwargs)
     if output_name not in case.output_names:

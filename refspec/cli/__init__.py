@@ -1,9 +1,9 @@
 """The ``refspec`` command line (click), the top layer: it parses arguments, calls the layers
 below and formats their errors (docs/architecture.md).
 
-Each module holds a few commands and registers them on :data:`main`. Every user error ends the
+Each module holds a few commands and registers them on ``main``. Every user error ends the
 same way: one line on stderr starting with ``refspec: error:``, exit code 2, no traceback
-(raise :class:`~refspec.cli.errors.CliError`, or let an :class:`~refspec.spec.errors.AclnnError`
+(raise ``refspec.cli.errors.CliError``, or let an ``refspec.spec.errors.AclnnError``
 or ``OSError`` escape a command).
 """
 

@@ -20,5 +20,5 @@ class Interrupted(CliError):
 
 
 def fail(message: str):
-    """Raise :class:`CliError` with ``message`` (what is wrong and what is allowed)."""
+    """Raise ``CliError`` with ``message`` (what is wrong and what is allowed)."""
     raise CliError(message)

@@ -6,7 +6,7 @@
     report.to_dict()                  # everything, JSON-ready
 
 Metrics are float64 against the exact golden, streamed in blocks; standards are data
-(:mod:`refspec.comparator.standards`); input problems are per-output statuses.
+(``refspec.comparator.standards``); input problems are per-output statuses.
 """
 
 from .mapping import Mapping, MappingError, load_mapping

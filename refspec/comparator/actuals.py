@@ -1,14 +1,14 @@
-"""Readers of a kernel's actual outputs (spec/dumps.md; docs/compare.md, "Actual outputs").
+"""Readers of a kernel's actual outputs (docs/compare.md, "Actual outputs").
 
 A source answers ``lookup(case_id, op, output, golden dtype, golden shape)`` with an
-:class:`ActualArray` (read in blocks, decoded to the real dtype) or a :class:`Problem` (a
+``ActualArray`` (read in blocks, decoded to the real dtype) or a ``Problem`` (a
 per-output status: missing, size_mismatch, dtype_mismatch, shape_mismatch, unreadable). Nothing
 here raises for a bad file: the run goes on with the other outputs.
 
 Forms: a directory tree ``<case_id>/<output>.bin|.npy`` (what ``refspec export`` lays out, the
 kernel's files next to the inputs; aclnn camelCase or Python snake_case names), a ``.npz`` or
 ``.npy`` file, an HDF5 file in refspec's schema (another implementation's ``expected/``), an
-msprobe dump directory (:mod:`refspec.compare.msprobe`), or Python arrays.
+msprobe dump directory (``refspec.compare.msprobe``), or Python arrays.
 """
 
 from __future__ import annotations
@@ -276,7 +276,7 @@ class ActualSource:
         raise NotImplementedError
 
     def status(self, case_id: str):
-        """The status the kernel returned for a case, as :func:`read_status` gives it;
+        """The status the kernel returned for a case, as ``read_status`` gives it;
         ``(None, None)`` for sources that hold none."""
         return None, None
 

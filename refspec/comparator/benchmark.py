@@ -1,4 +1,4 @@
-"""The same-precision benchmark of the ``ratio`` standard (spec/tolerances.md, dual benchmark).
+"""The same-precision benchmark of the ``ratio`` standard (docs/compare.md, "Standards": the dual benchmark).
 
 An independent naive float32 kernel: the spec's own formula blocks, which compute in whatever
 dtype their arrays have, run on the case's inputs converted to float32 (exact for float16,

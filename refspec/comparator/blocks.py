@@ -3,9 +3,9 @@
 A block is a run of consecutive C-order elements: fixed indices on the first axes, a slice of
 one axis, and every trailing axis whole, so it is one slice for h5py and NumPy and one byte
 range in a raw file. Runs are rounded to whole HDF5 chunks of the golden where possible, so no
-chunk is decompressed twice. :class:`BlockReader` reads a block of a golden dataset into a
+chunk is decompressed twice. ``BlockReader`` reads a block of a golden dataset into a
 reused buffer: straight from the file (``os.preadv``) where HDF5 stores the dataset raw, as it
-does by default (:meth:`refspec.goldens.read.LazyArray.raw_extents`), through h5py otherwise.
+does by default (``refspec.goldens.read.LazyArray.raw_extents``), through h5py otherwise.
 """
 
 from __future__ import annotations

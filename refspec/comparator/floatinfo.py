@@ -1,4 +1,4 @@
-"""Facts about the output dtypes the comparator measures in (spec/tolerances.md).
+"""Facts about the output dtypes the comparator measures in (docs/compare.md).
 
 Everything here works on float64 arrays: an output dtype is described by its significand bits
 and exponent range, so the spacing ("ulp") of that dtype at any float64 value can be computed
@@ -15,7 +15,7 @@ from ..spec.dtypes import bfloat16, dtype_name
 
 __all__ = ["FloatInfo", "float_info", "ulp_at", "bits_of", "U_ACC"]
 
-#: unit roundoff of float32 accumulation (tolerances.md, "reduction": u_acc = 2^-24)
+#: unit roundoff of float32 accumulation (docs/compare.md, "Judging": u_acc = 2^-24)
 U_ACC = 2.0 ** -24
 
 

@@ -1,15 +1,15 @@
 """The fused step: every per-element quantity of one block in one compiled pass (numba).
 
-:func:`fused_block` computes, element by element, exactly the operations of the reference step
-(:meth:`refspec.comparator.judge.BlockJudge._step_reference`, docs/compare.md "Judging"): the
+``fused_block`` computes, element by element, exactly the operations of the reference step
+(``refspec.comparator.judge.BlockJudge._step_reference``, docs/compare.md "Judging"): the
 actual decoded from its bits to float64, d = a - g, |d|, the dtype's spacing at |g| (a power of
 two from the exponent bits of g), ulps = |d| / spacing, the badness of the rule's checks in the
-reference's order of operations, and accumulates what :class:`~refspec.comparator.metrics.
-Accumulator` keeps: counts, maxima with their elements (first occurrence), the ulp histogram,
+reference's order of operations, and accumulates what ``refspec.comparator.metrics.
+Accumulator`` keeps: counts, maxima with their elements (first occurrence), the ulp histogram,
 the small-value counts, the relative errors, the top-k worst elements under the report's total
 order (badness, then |a - g| descending, then flat index ascending) and the optional 2-D map.
 The float sums behind RMSE, cosine similarity and the mean relative error are added in four
-lanes per chunk of :data:`CHUNK` elements, so they agree with the reference's per-step sums to
+lanes per chunk of ``CHUNK`` elements, so they agree with the reference's per-step sums to
 a few float64 roundings, not bit for bit. Elements that are not numeric (NaN or an infinity in the actual, a
 golden that rounds to an infinity) are only listed: the caller judges them as the reference
 does.
@@ -100,13 +100,13 @@ def fused_block(a, e, g, S, kind, flags, params, flat0, heat, geom, ints, floats
                 top, elems, special):
     """One block: ``a`` the actual's bits, ``e`` the rounded golden's bits (copies; else
     empty), ``g`` the exact golden, ``S`` the sums of |terms| (empty when unused), all C order
-    from flat index ``flat0``; ``kind`` the output dtype's code (:data:`KIND`). Results go to ``ints``/``floats`` (:data:`INTS`, :data:`FLOATS`),
-    ``hist`` (ulp histogram), ``top`` (rows :data:`ELEMENT`, best first), ``elems`` (rows of the
+    from flat index ``flat0``; ``kind`` the output dtype's code (``KIND``). Results go to ``ints``/``floats`` (``INTS``, ``FLOATS``),
+    ``hist`` (ulp histogram), ``top`` (rows ``ELEMENT``, best first), ``elems`` (rows of the
     max |a - g| and the max relative error), ``special`` (positions of non-numeric elements;
     ``ints[5]`` says how many, also beyond its size) and, when ``flags[8]``, ``heat`` (max
     badness per cell; ``geom`` = row stride, rows, column stride, columns).
 
-    The block goes in chunks of :data:`CHUNK` elements. A chunk whose elements are all numeric
+    The block goes in chunks of ``CHUNK`` elements. A chunk whose elements are all numeric
     is judged where it lies; otherwise its numeric elements are gathered first and the others
     listed. Each chunk takes a few short loops without branches, which the compiler
     vectorises (decoding; the badness; the histogram bins; the sums, counts and maxima), then
@@ -203,7 +203,7 @@ def _spacing(gv, mant, lowest):
     """The spacing of the dtype at |g| (docs/compare.md, "ulps"): 2^k with k = max(e, emin) -
     mant for |g| in [2^e, 2^(e+1)), built from the exponent bits of g (``lowest`` = emin + 1023;
     below 2^-1022 the power of two is a float64 subnormal). Same value as
-    :func:`refspec.comparator.floatinfo.ulp_at`."""
+    ``refspec.comparator.floatinfo.ulp_at``."""
     b = (_f64_bits(gv) >> 52) & _EXP_MASK
     k = (b if b > lowest else lowest) - 1023 - mant
     return _bits_f64(np.int64(((k + 1023) << 52) if k >= -1022 else (1 << (k + 1074))))
@@ -211,7 +211,7 @@ def _spacing(gv, mant, lowest):
 
 @njit(inline="always")
 def _inverse_spacing(gv, mant, lowest):
-    """1 / :func:`_spacing` for dtypes narrower than float64 (2^-k with k >= -149: a normal
+    """1 / ``_spacing`` for dtypes narrower than float64 (2^-k with k >= -149: a normal
     float64), so ``ulps = |d| * _inverse_spacing`` equals ``|d| / spacing`` exactly."""
     b = (_f64_bits(gv) >> 52) & _EXP_MASK
     k = (b if b > lowest else lowest) - 1023 - mant
@@ -421,7 +421,7 @@ def _counts(A, G, BAD, m, sv, e_small):
 
 @njit(inline="always")
 def _element(out, r, k, mapped, I, c0, A, G, BAD, mant, lowest):
-    """Row ``r`` of ``out``: element k of the chunk (:data:`ELEMENT`)."""
+    """Row ``r`` of ``out``: element k of the chunk (``ELEMENT``)."""
     av = A[k]
     gv = G[k]
     ad = abs(av - gv)

@@ -10,7 +10,7 @@ are fed to the function of the same name as the spec's (``rotary_position_embedd
 - With ``autograd``, a backward case is judged through its forward: the module's forward
   function runs under torch autograd on the case's inputs and the stored upstream gradients are
   fed to ``backward()`` (the operator record says which gradient is which output:
-  :class:`refspec.ops.Autograd`).
+  ``refspec.ops.Autograd``).
 - A negative case passes when the function raises with the expected aclnn code (an integer
   attribute ``code``, or the code in its message); an exception without a code is a rejection
   whose code cannot be checked (reported as such); returning normally fails the case.
@@ -91,7 +91,7 @@ def load_implementation(name: str):
 
 def aclnn_code(exc: BaseException) -> int:
     """The aclnn status an exception carries: its integer ``code`` attribute, else a code
-    written in its message (161001 ... 561103), else :data:`UNKNOWN_CODE`."""
+    written in its message (161001 ... 561103), else ``UNKNOWN_CODE``."""
     code = getattr(exc, "code", None)
     if isinstance(code, (int, np.integer)) and not isinstance(code, bool) and code:
         return int(code)

@@ -1,11 +1,11 @@
-"""Per-output verdicts (spec/tolerances.md, "Policy"): every element of the actual output
+"""Per-output verdicts (docs/compare.md, "Judging"): every element of the actual output
 against the exact float64 golden, in blocks.
 
 For each block: special values are matched by position (NaN matches NaN whatever its sign or
 payload, +Inf only +Inf; with ``saturation`` a max-finite value is accepted where the golden is
 an infinity of the same sign, both sides clipped to the finite range); every other element gets
 a *badness* = |a - g| divided by what the rule allows (> 1 fails), from the checks of its
-:class:`~refspec.compare.standards.Rule`. :class:`~refspec.compare.metrics.Accumulator` keeps
+``refspec.compare.standards.Rule``. ``refspec.compare.metrics.Accumulator`` keeps
 the metrics. The verdict follows the rule's aggregation (every element, or 99% and a cap, or the
 dual-benchmark ratios).
 """
@@ -55,11 +55,11 @@ class BlockJudge:
     benchmark of the ratio standard).
 
     Two steps give the same verdicts, counts, maxima, elements and histogram: the fused one
-    (:func:`refspec.comparator.fused.fused_block`, one compiled pass per block; ``fast``) and
-    the reference step (:meth:`_step_reference`, plain NumPy over cache-sized steps), which the
+    (``refspec.comparator.fused.fused_block``, one compiled pass per block; ``fast``) and
+    the reference step (``_step_reference``, plain NumPy over cache-sized steps), which the
     tests hold the fused one to. The float sums of RMSE, cosine and the mean relative error
-    agree to a few float64 roundings. :meth:`compute` touches nothing shared, so blocks may be
-    computed in threads; :meth:`merge` adds a computed block in flat order."""
+    agree to a few float64 roundings. ``compute`` touches nothing shared, so blocks may be
+    computed in threads; ``merge`` adds a computed block in flat order."""
 
     def __init__(self, rule: Rule | None, dtype, K: int | None, acc: Accumulator,
                  saturation: bool = False, fast: bool = True):
@@ -280,7 +280,7 @@ def judge_output(case, name: str, actual, rule: Rule, opts: JudgeOptions, contex
                  info: dict | None = None, heat_now: bool = False) -> OutputResult:
     """The verdict of one output of one golden case against ``actual`` (an ActualArray or a
     Problem). ``benchmark`` is the ratio standard's same-precision result (in memory);
-    ``info``: :func:`golden_output_info` when the caller has it. With ``opts.heatmaps`` an
+    ``info``: ``golden_output_info`` when the caller has it. With ``opts.heatmaps`` an
     output that does not pass is judged a second time for its 2-D error map (``heat_now``:
     this pass keeps the map), so passing outputs cost nothing more."""
     info = info or golden_output_info(case, name)
@@ -448,7 +448,7 @@ def admits_rounding(rule: Rule, dtype) -> bool:
 
 def _check_attainable(res, case, name, actual, rule, opts, context, sum_abs, info) -> None:
     """A failing output judged again with the elements that equal the golden rounded to the
-    output dtype exempt (:attr:`Rule.exempt_rounded`): when that passes, every failing element
+    output dtype exempt (``Rule.exempt_rounded``): when that passes, every failing element
     is the correctly rounded value, so the standard asks for more than the dtype can hold and
     the status is ``too_strict`` (docs/compare.md, "Too strict")."""
     quiet = replace(opts, top=0, heatmaps=False)

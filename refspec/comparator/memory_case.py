@@ -1,10 +1,10 @@
 """A golden case held in memory, computed on the spot by the spec functions.
 
-:func:`spec_case` is what ``refspec.testing.assert_allclose_to_spec`` judges against: the same
-attributes a :class:`refspec.goldens.GoldenCase` has (``inputs``, ``expected``, ``exact``,
+``spec_case`` is what ``refspec.testing.assert_allclose_to_spec`` judges against: the same
+attributes a ``refspec.goldens.GoldenCase`` has (``inputs``, ``expected``, ``exact``,
 ``sum_abs``, ``output_meta``), with the exact float64 outputs from ``out_dtype=np.float64``,
 the once-rounded ones from the default call, and the tolerance terms of
-:mod:`refspec.spec.terms`, all through the operator's record.
+``refspec.spec.terms``, all through the operator's record.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""Exact metrics of one output, accumulated block by block in float64 (spec/tolerances.md,
-"Report beside the verdict").
+"""Exact metrics of one output, accumulated block by block in float64 (docs/compare.md,
+"Reports").
 
-:class:`Accumulator` sees each block once: the actual values widened to float64, the exact
+``Accumulator`` sees each block once: the actual values widened to float64, the exact
 golden g, the per-element "badness" (error divided by what the rule allows: > 1 fails) from
-:mod:`refspec.compare.judge`, and the special-value verdicts. It keeps only scalars, a histogram,
+``refspec.compare.judge``, and the special-value verdicts. It keeps only scalars, a histogram,
 the top-k worst elements and, if asked, a 2-D error map, so memory does not grow with the file.
 """
 
@@ -83,7 +83,7 @@ class Element:
 
 @dataclass
 class Metrics:
-    """What :meth:`Accumulator.finish` returns (all errors against the exact golden)."""
+    """What ``Accumulator.finish`` returns (all errors against the exact golden)."""
 
     n: int = 0
     n_numeric: int = 0
@@ -136,7 +136,7 @@ def _worst_key(e: Element):
 
 
 class FusedBlock:
-    """What the fused pass found in one block (:func:`refspec.comparator.fused.fused_block`):
+    """What the fused pass found in one block (``refspec.comparator.fused.fused_block``):
     counts, sums and extreme elements of its numeric elements; the positions and values of its
     special ones; or, when they are too many, copies of the block for the reference step."""
 
@@ -206,7 +206,7 @@ class Accumulator:
     def add_fused(self, out: FusedBlock) -> None:
         """The numeric elements of one block as the fused pass accumulated them: the same
         counts, maxima (first occurrence in flat order), histogram and worst elements as
-        :meth:`add_numeric` over the block's steps; the float sums to a few roundings."""
+        ``add_numeric`` over the block's steps; the float sums to a few roundings."""
         m = self.m
         n_num, fails, n_small, small_err, n_rel, _, n_top = out.ints.tolist()
         max_bad, max_small, d2, ag, a2, g2, s_rel = out.floats.tolist()

@@ -1,8 +1,8 @@
-"""msprobe dump directories as a source of actual outputs (spec/dumps.md; docs/real_runs.md).
+"""msprobe dump directories as a source of actual outputs (docs/real_runs.md).
 
-The dump is read by :mod:`refspec.goldens.msprobe` (the one reader of dump.json and its tensor
-files). A mapping (:mod:`refspec.comparator.mapping`) says which dump tensor is which golden
-output: a mapping file, or :func:`golden_mapping` for a golden file built from the dump itself
+The dump is read by ``refspec.goldens.msprobe`` (the one reader of dump.json and its tensor
+files). A mapping (``refspec.comparator.mapping``) says which dump tensor is which golden
+output: a mapping file, or ``golden_mapping`` for a golden file built from the dump itself
 (``refspec golden --msprobe``), whose cases name their dump records.
 """
 
@@ -35,7 +35,7 @@ def golden_mapping(golden) -> Mapping:
 
 def msprobe_source(golden, dump_path, actual=None, mapping=None) -> "MsprobeSource":
     """The actual outputs of ``refspec compare GOLDEN --msprobe DUMP_PATH``: the dump, with the
-    mapping file given or else the golden cases' own dump records (:func:`golden_mapping`)."""
+    mapping file given or else the golden cases' own dump records (``golden_mapping``)."""
     from .run import CompareUsageError
     if actual is not None:
         raise CompareUsageError(f"give the actual outputs once: ACTUAL {actual} or --msprobe "

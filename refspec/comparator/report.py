@@ -1,4 +1,4 @@
-"""Report objects: one :class:`OutputResult` per case and output, gathered in a :class:`Report`
+"""Report objects: one ``OutputResult`` per case and output, gathered in a ``Report``
 (docs/compare.md, "Statuses").
 
 Statuses of an output: ``pass`` and ``fail`` (judged); ``too_strict`` (the kernel's output
@@ -9,7 +9,7 @@ more than the dtype can hold, so it cannot judge this output; not a kernel failu
 ``shape_mismatch``, ``unreadable``, plus ``error`` for anything else that stopped one output
 from being judged. A negative case is one row, output ``(status)``: ``pass`` when the kernel
 returned the expected code, else ``fail``. Cases with no output and no status at all are
-``not run``: listed in :attr:`Report.not_run`, they fail the run unless the subset is intended
+``not run``: listed in ``Report.not_run``, they fail the run unless the subset is intended
 (``only_present``). ``pass`` and ``too_strict`` pass; every other status fails.
 """
 
@@ -238,8 +238,8 @@ class Report:
         return text
 
     def to_dict(self) -> dict:
-        """Schema ``refspec-compare/2``: passing outputs compact (:meth:`OutputResult.
-        summary_dict`), everything else in full (:meth:`OutputResult.to_dict`)."""
+        """Schema ``refspec-compare/2``: passing outputs compact (``OutputResult.
+        summary_dict``), everything else in full (``OutputResult.to_dict``)."""
         from .._version import __version__
         return {"schema": "refspec-compare/2", "refspec_version": __version__,
                 "golden": self.golden, "actual": self.actual, "standard": self.standard,

@@ -1,5 +1,5 @@
 """``refspec.compare(golden, actual, ...)``: judge every selected case and output, return a
-:class:`~refspec.compare.report.Report` (docs/compare.md)."""
+``refspec.compare.report.Report`` (docs/compare.md)."""
 
 from __future__ import annotations
 
@@ -90,20 +90,20 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
             only_present: bool = False) -> Report:
     """Judge a kernel's outputs against golden cases.
 
-    ``golden``: a golden HDF5 path, an open :class:`refspec.goldens.GoldenFile`, or case objects
+    ``golden``: a golden HDF5 path, an open ``refspec.goldens.GoldenFile``, or case objects
     (``GoldenCase``/``MemoryCase``). ``actual``: a directory (``refspec export`` layout or any
     ``<case_id>/<output>.bin|.npy`` tree), a ``.npz``/``.npy`` file, an HDF5 file, an msprobe dump
     directory (with ``mapping``), or a dict of arrays (``{case_id: {output: array}}``, or
     ``{output: array}`` for one case). ``cases``: ids or shell patterns. ``standard``: one of
-    :data:`STANDARD_NAMES`; ``rtol``/``atol`` override its numbers for this run.
+    ``STANDARD_NAMES``; ``rtol``/``atol`` override its numbers for this run.
     ``saturation``: accept max-finite where the golden is an infinity (both clipped).
     ``fast=False`` judges every block by the reference step instead of the fused one (the
     same report, slower; for checking and benchmarks). ``status``: the status the kernel
     returned (0: accepted; else its aclnn code), an int for one case or ``{case_id: code}``;
     it takes the place of the ``status.json`` files of a directory. ``only_present``: cases
     with no output and no status were left out on purpose (they do not fail the run).
-    Input problems become per-output statuses; :class:`CompareUsageError` and
-    :class:`refspec.goldens.GoldenFileError` are raised for unusable arguments.
+    Input problems become per-output statuses; ``CompareUsageError`` and
+    ``refspec.goldens.GoldenFileError`` are raised for unusable arguments.
     """
     if standard not in STANDARD_NAMES:
         raise CompareUsageError(f"unknown standard {standard!r}; allowed: {', '.join(STANDARD_NAMES)}")

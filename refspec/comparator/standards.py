@@ -1,12 +1,12 @@
-"""The named accuracy standards, as data with the source of every number (spec/tolerances.md).
+"""The named accuracy standards, as data with the source of every number (docs/compare.md, "Standards").
 
-A standard turns (output dtype, comparison class, K) into a :class:`Rule`: which per-element
+A standard turns (output dtype, comparison class, K) into a ``Rule``: which per-element
 checks apply, with which numbers, and how the element verdicts are aggregated. The judge
-(:mod:`refspec.compare.judge`) interprets rules; nothing here computes on arrays.
+(``refspec.compare.judge``) interprets rules; nothing here computes on arrays.
 
 Standards: ``default`` (the project policy), ``ascend-mixed``, ``torch``, ``vendor-threshold``
 and ``ratio`` (dual benchmark). ``--rtol/--atol`` replace the mixed-tolerance numbers of a
-standard for one run (:func:`resolve_rule`).
+standard for one run (``resolve_rule``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ __all__ = ["Standard", "Rule", "STANDARDS", "STANDARD_NAMES", "ASCEND_MIXED", "T
            "TERM_ROUNDINGS", "ROUNDING_SLACK_U32", "ELEMENT_ROUNDINGS", "UNDERFLOW", "resolve_rule",
            "standard_table"]
 
-SOURCE = "spec/tolerances.md"
+SOURCE = "docs/compare.md, Standards"
 
 #: Ascend "mixed tolerance": (rtol, atol, cap on the max abs error). float64 has no published
 #: number: 2^-42 (1024 float64 ulps at 1) is this project's choice for math-only goldens.
@@ -97,13 +97,14 @@ class Rule:
     """Per-element checks for one output and how their verdicts add up.
 
     - ``bitwise``: the bits must equal the golden rounded to the output dtype (expected/).
-    - ``rtol``/``atol``: |a - g| <= atol_i + rtol*|g|, with atol_i = max(atol, c*sqrt(K)*u*S_i)
-      when ``data_atol`` and S is stored.
-    - ``hard_bound``: |a - g| <= gamma(K + TERM_ROUNDINGS)*S_i + ulp/2 (needs S).
-    - ``rounding_gate``: |a - g| <= (1/2 + slack)*ulp of the output dtype at g: the nearest
+    - ``rtol``/``atol``: ``|a - g| <= atol_i + rtol*|g|``, with
+      ``atol_i = max(atol, c*sqrt(K)*u*S_i)`` when ``data_atol`` and S is stored.
+    - ``hard_bound``: ``|a - g| <= gamma(K + TERM_ROUNDINGS)*S_i + ulp/2`` (needs S).
+    - ``rounding_gate``: ``|a - g| <= (1/2 + slack)*ulp`` of the output dtype at g: the nearest
       neighbour of g, either one at a tie (errata E12: half-even vs half-away).
-    - ``eval_bound``: an element within gamma(ELEMENT_ROUNDINGS)*S + ulp/2 of g passes whatever
-      else holds: what float32 evaluation of c*d + s*e can do when the products cancel (needs S).
+    - ``eval_bound``: an element within ``gamma(ELEMENT_ROUNDINGS)*S + ulp/2`` of g passes
+      whatever else holds: what float32 evaluation of ``c*d + s*e`` can do when the products
+      cancel (needs S).
     - ``pass_fraction`` of the numeric elements must pass, and the max abs error must be at
       most ``max_abs_cap`` (None: no cap). ``ratio``: judged by the dual benchmark instead.
     - ``exempt_rounded``: an element whose bits equal the golden rounded to the output dtype
@@ -231,7 +232,7 @@ STANDARDS = {
         "default", "project policy: copies bit-identical; elementwise Ascend mixed numbers on "
         "every element plus the nearest-rounding gate for 16-bit outputs; row reductions 2 ulp "
         "plus data-dependent atol; reductions atol from K and sum|terms| plus a hard bound",
-        (f"{SOURCE}: Policy", ASCEND_MIXED_SOURCE, "spec/errata.md E12")),
+        (f"{SOURCE}: Policy", ASCEND_MIXED_SOURCE, "docs/errata.md E12")),
     "ascend-mixed": Standard(
         "ascend-mixed", "Ascend mixed tolerance: 99% of elements within atol + rtol*|g|, max abs "
         "error capped", (ASCEND_MIXED_SOURCE,)),
@@ -252,7 +253,7 @@ def resolve_rule(standard: str, dtype: str, cls: str, K: int | None, *, rtol=Non
                  op: str | None = None, ratio_level: str | None = None) -> Rule:
     """The rule for one output, with ``rtol``/``atol`` overrides applied.
 
-    An override makes the element check exactly |a - g| <= atol + rtol*|g| (the other number
+    An override makes the element check exactly ``|a - g| <= atol + rtol*|g|`` (the other number
     taken from the standard); copies stay bit-identical under ``default``.
     """
     if standard not in STANDARDS:

@@ -1,8 +1,8 @@
 """The goldens layer: sweeps, case building, generation, the HDF5 store, export, manifest
 (docs/architecture.md). This module is the store's API: golden HDF5 files, schema v1
-(docs/goldens.md); the rest is in its modules (:mod:`~refspec.goldens.sweep`,
-:mod:`~refspec.goldens.cases`, :mod:`~refspec.goldens.engine`,
-:mod:`~refspec.goldens.export`, :mod:`~refspec.goldens.manifest`).
+(docs/goldens.md); the rest is in its modules (``refspec.goldens.sweep``,
+``refspec.goldens.cases``, ``refspec.goldens.engine``,
+``refspec.goldens.export``, ``refspec.goldens.manifest``).
 
 Reading::
 

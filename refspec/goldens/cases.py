@@ -1,14 +1,14 @@
 """Turning one sweep case into golden data by calling the public spec functions.
 
-:func:`build_case` asks the case's operator record (:mod:`refspec.ops`) for its inputs (planned
+``build_case`` asks the case's operator record (``refspec.ops``) for its inputs (planned
 and sampled per distribution, rounded once to the case dtype) and calls the spec function with
 ``soc=`` the case's profile:
 
 - a call the profile rejects makes a *negative case*: its inputs plus the error the spec raised
   (code and message; codes are never written down here);
 - otherwise ``exact`` = the spec with ``out_dtype=np.float64`` and ``expected`` = each exact
-  output rounded once (:func:`refspec.spec.dtypes.round_to`) to its documented dtype, with the
-  tolerance metadata of :mod:`refspec.spec.terms` and the axis letters of each output.
+  output rounded once (``refspec.spec.dtypes.round_to``) to its documented dtype, with the
+  tolerance metadata of ``refspec.spec.terms`` and the axis letters of each output.
 
 With ``threads`` > 1 a large case uses a thread pool of the standard library for the pieces
 that share nothing: drawing its tensors, the exact outputs beside the tolerance terms, and

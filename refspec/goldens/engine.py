@@ -1,14 +1,14 @@
 """The generation engine: sweep cases -> one golden HDF5 file (docs/sweeps.md, "Generating").
 
-- ``jobs=1``: this process builds every case (:func:`refspec.goldens.cases.build_case`, large
+- ``jobs=1``: this process builds every case (``refspec.goldens.cases.build_case``, large
   cases with one thread per CPU) and writes ``OUT.h5`` through
-  :class:`refspec.goldens.GoldenWriter` (``OUT.h5.part`` until complete).
+  ``refspec.goldens.GoldenWriter`` (``OUT.h5.part`` until complete).
 - ``jobs=N`` or a Dask ``scheduler``: the cases are split into parts of about equal work
-  (:func:`split`, each part in sweep order); each part is one task that builds its cases and
+  (``split``, each part in sweep order); each part is one task that builds its cases and
   writes them into its own part file ``OUT.h5.parts/part-K-of-P.h5`` with the same writer, so
-  no arrays travel between processes (:mod:`refspec.goldens.executors`). When every part is
+  no arrays travel between processes (``refspec.goldens.executors``). When every part is
   complete, ``OUT.h5`` is written: an index whose cases are links into the part files
-  (:func:`refspec.goldens.shards.write_index`), read like any golden file;
+  (``refspec.goldens.shards.write_index``), read like any golden file;
   ``refspec pack`` makes a self-contained copy.
 
 Every case is built the same way whatever ``jobs`` is, so the datasets are the same bits. An
@@ -282,7 +282,7 @@ def generate(sweep: Sweep, cases: list[Case], out, *, seed: int | None = None, j
              extra_attrs: dict | None = None) -> Summary:
     """Write ``cases`` of ``sweep`` to ``out`` (see the module docstring). ``seed`` is the data
     seed the cases were made with (default: the sweep's); ``progress(n)`` is called as cases are
-    written or skipped. Raises :class:`GenerateInterrupted` on Ctrl-C."""
+    written or skipped. Raises ``GenerateInterrupted`` on Ctrl-C."""
     start = time.perf_counter()
     run = _Run(sweep.name, sweep.definition, sweep.ref, sweep.seed if seed is None else int(seed),
                compression, dict(extra_attrs or {}))

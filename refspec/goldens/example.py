@@ -1,10 +1,10 @@
 """Small, real golden cases computed by the spec functions, for the store's docs example, the
 compression benchmark and the store's tests (the sweep generator builds the real sets).
 
-Each function returns the keyword arguments of :meth:`GoldenWriter.write_case` (without the
+Each function returns the keyword arguments of ``GoldenWriter.write_case`` (without the
 case id): random inputs rounded to the case dtype, outputs from the public spec functions
 rounded once and exact (``out_dtype=np.float64``), and the tolerance terms of
-:mod:`refspec.spec.terms`.
+``refspec.spec.terms``.
 """
 
 from __future__ import annotations

@@ -3,12 +3,12 @@ or a Dask distributed cluster (docs/cluster.md).
 
 A task is a module-level function and one picklable argument; its result should be small (the
 generator's tasks write their own files and return a summary, the comparator's return verdicts),
-so nothing large travels between processes. :func:`run` yields each task's index and result as
+so nothing large travels between processes. ``run`` yields each task's index and result as
 it completes.
 
 Worker processes ignore SIGINT: a Ctrl-C in a terminal reaches the whole process group, and only
-the parent should answer it. :func:`run` then tells the tasks under way to stop (the
-generator's tasks stop at their next case boundary, see :mod:`refspec.goldens.engine`), cancels
+the parent should answer it. ``run`` then tells the tasks under way to stop (the
+generator's tasks stop at their next case boundary, see ``refspec.goldens.engine``), cancels
 those not started, and lets the KeyboardInterrupt through once the others have returned.
 """
 
@@ -79,7 +79,7 @@ def run(fn, tasks: list, *, jobs: int = 1, scheduler: str | None = None, on_inte
     ``scheduler``. If anything ends the run early (KeyboardInterrupt, a lost worker, the caller
     closing the generator), ``on_interrupt()`` is called first (it should make the tasks under
     way stop soon), the tasks not started are cancelled, and the exception goes on once the
-    tasks under way have returned. A worker that dies raises :class:`WorkerLost`.
+    tasks under way have returned. A worker that dies raises ``WorkerLost``.
     """
     if scheduler:
         yield from _run_dask(fn, tasks, scheduler, on_interrupt)

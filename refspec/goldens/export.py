@@ -151,7 +151,7 @@ def write_array_file(path: str, arr: LazyArray, fmt: str, files: dict | None = N
 def case_description(case: GoldenCase, gf: GoldenFile, fmt: str, written: dict,
                      planned: list[ExportedFile] | None = None) -> dict:
     """The content of case.json; ``written`` maps file names to (byte size, sha256);
-    ``planned`` is :func:`plan_files` of the case when already made."""
+    ``planned`` is ``plan_files`` of the case when already made."""
     op = operator_of(case)
     files = []
     for f in planned or plan_files(case, fmt):

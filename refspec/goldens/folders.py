@@ -3,7 +3,7 @@
 
 A case folder holds ``case.json`` and one file per input, named after its aclnn parameter
 (``dy.bin``, ``gradQueryOutput.npy``: the record's
-:meth:`~refspec.ops.record.Operator.input_file`), ``.bin`` or ``.npy``. Expected outputs
+``refspec.ops.record.Operator.input_file``), ``.bin`` or ``.npy``. Expected outputs
 (``golden_dx.bin``) and a kernel's outputs (``dx.bin``) may lie beside them; they are not
 inputs and are left alone. An input without a file is
 absent (the profile's validation decides whether that is allowed). ``case.json`` needs only
@@ -303,5 +303,5 @@ def describe_folder(folder: str, default_id: str) -> UserCase:
 
 
 def describe_folders(paths) -> list[UserCase]:
-    """The cases of every folder under ``paths`` (see :func:`find_folders`)."""
+    """The cases of every folder under ``paths`` (see ``find_folders``)."""
     return [describe_folder(folder, default) for folder, default in find_folders(paths)]

@@ -112,7 +112,7 @@ def real_dtype(ds: h5py.Dataset) -> np.dtype:
 
 
 def decode_array(raw, encoding) -> np.ndarray:
-    """Undo :func:`encode_array` on data read from a dataset (0-d arrays stay 0-d)."""
+    """Undo ``encode_array`` on data read from a dataset (0-d arrays stay 0-d)."""
     raw = np.asarray(raw)
     if encoding == BF16_ENCODING:
         return raw.view(bfloat16)

@@ -9,7 +9,7 @@ questions (``refspec show FILE``) are answered from them without opening a singl
 reader opens a case's group only when it reads the case's arrays. HDF5 reads an attribute in
 about 70 us, so this is what makes a pass over thousands of small cases fast. Files written
 before ``/summary`` existed, or whose last rows were lost to a crash, get the missing rows from
-the cases themselves (:func:`row_of_case`, with no ``meta``: such cases are read the slow way).
+the cases themselves (``row_of_case``, with no ``meta``: such cases are read the slow way).
 """
 
 from __future__ import annotations

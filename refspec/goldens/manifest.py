@@ -54,8 +54,8 @@ def _case_entry(case) -> dict:
 
 
 def data_entry(data) -> dict:
-    """The manifest entry of a case built in memory (:class:`refspec.goldens.cases.CaseData`): the
-    same digests as :func:`file_manifest` gives for the written case."""
+    """The manifest entry of a case built in memory (``refspec.goldens.cases.CaseData``): the
+    same digests as ``file_manifest`` gives for the written case."""
     groups = {"inputs": data.inputs, "expected": data.expected, "exact": data.exact,
               "sum_abs": {k: data.terms[k].sum_abs for k in data.expected
                           if data.terms[k].sum_abs is not None}}

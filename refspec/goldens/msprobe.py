@@ -19,7 +19,7 @@ PyTorch saves each tensor with ``torch.save`` (``.pt``, bfloat16 kept), MindSpor
 ``.npy`` may also hold bfloat16 as uint16 bits or 2-byte voids.
 
 ``.npy`` files are read with ``allow_pickle=False``; ``.pt`` files only when PyTorch is
-installed, with ``torch.load(weights_only=True)``. Every problem is a :class:`DumpError` of one
+installed, with ``torch.load(weights_only=True)``. Every problem is a ``DumpError`` of one
 line naming the dump.json, the record and the file.
 """
 
@@ -164,8 +164,8 @@ class DumpTensor:
                        "shape_mismatch")
 
     def locate(self):
-        """An :class:`NpyData` for a C-order .npy file (read in blocks), else the whole array
-        in the declared dtype (:meth:`load`). DumpError for anything that cannot be read."""
+        """An ``NpyData`` for a C-order .npy file (read in blocks), else the whole array
+        in the declared dtype (``load``). DumpError for anything that cannot be read."""
         self._check()
         if not self.data_name.endswith(".npy"):
             return self.load()

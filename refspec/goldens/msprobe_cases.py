@@ -10,7 +10,7 @@ output, ``backward.output.0`` the gradient of the first forward input), the attr
 from the dump by the same references, or given as values), and where the kernel's outputs are.
 Every call of that API in every selected step and rank becomes one case; its parameters keep
 the dump records, so ``refspec compare OUT.h5 --msprobe DUMP`` finds the outputs again
-(:func:`dump_entries`).
+(``dump_entries``).
 """
 
 from __future__ import annotations
@@ -313,7 +313,7 @@ def describe_dump(dump_path, mapping) -> list[UserCase]:
 
 
 def dump_entries(case_id: str, params: dict) -> list[dict]:
-    """Comparator mapping entries (:class:`refspec.comparator.mapping.Mapping`) for the outputs
+    """Comparator mapping entries (``refspec.comparator.mapping.Mapping``) for the outputs
     of a case built from a dump: each to its record, list and position, step and rank."""
     info = params.get("dump")
     if not isinstance(info, dict):

@@ -103,7 +103,7 @@ class LazyArray:
 
         A list of ``(flat_start, count, byte_offset)`` in C order covering every element:
         ``count`` elements from flat index ``flat_start`` are the stored bytes at
-        ``byte_offset`` of :attr:`file_path` (little-endian, as stored: bfloat16 as its bit
+        ``byte_offset`` of ``file_path`` (little-endian, as stored: bfloat16 as its bit
         patterns). None when they are not: filters (compression, shuffle, checksums),
         unallocated chunks (fill values), chunks that are not runs of whole trailing axes,
         big-endian storage, a user block, or an HDF5 library that cannot tell.
@@ -262,7 +262,7 @@ class GoldenCase:
     """One case of a golden file: its metadata and lazily read arrays.
 
     ``group`` is the case's HDF5 group, or a function that opens it; with ``row`` (its
-    :class:`~refspec.goldens.index.Row` with ``meta``) everything but the arrays' data comes
+    ``refspec.goldens.index.Row`` with ``meta``) everything but the arrays' data comes
     from the file's index, and the group is opened only when data are read.
     """
 
@@ -344,7 +344,7 @@ class GoldenCase:
 
 
 class GoldenFile:
-    """An open golden file; use as a context manager (see :func:`open`).
+    """An open golden file; use as a context manager (see ``open``).
 
     A file written by ``refspec generate --jobs N`` is an index whose cases are HDF5 external
     links into its part files (``<file>.parts/``); its cases read like any other (the part files
@@ -379,7 +379,7 @@ class GoldenFile:
         return list(self._part_files)
 
     def summary(self) -> list[index.Row]:
-        """One :class:`~refspec.goldens.index.Row` per case in file order, from the index at
+        """One ``refspec.goldens.index.Row`` per case in file order, from the index at
         the file's root (rows it lacks are read from the cases)."""
         rows = self._rows()
         return [rows.get(c) or index.row_of_case(c, self.case_group(c)) for c in self._ids]

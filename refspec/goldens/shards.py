@@ -1,13 +1,13 @@
 """Golden files made of several files (docs/goldens.md, "Shards, parts and packing").
 
-- :func:`merge` joins the shard files of a job array (``refspec generate --shard K/N``) into
+- ``merge`` joins the shard files of a job array (``refspec generate --shard K/N``) into
   one file, after checking that they form one complete, consistent set: the same sweep, seed,
   tier and selection, every shard 1..N present and complete, no case twice. ``allow_partial``
   merges what there is into a file that says it is partial and never that it is complete.
-- :func:`write_index` writes the index file of a ``--jobs`` run: the sweep's attributes, the
+- ``write_index`` writes the index file of a ``--jobs`` run: the sweep's attributes, the
   case index and summary in sweep order, and each case as an HDF5 external link into the part
   file that holds it (``<out>.parts/``); nothing is copied.
-- :func:`pack` copies any golden file, following those links, into one self-contained file.
+- ``pack`` copies any golden file, following those links, into one self-contained file.
 
 Case groups are copied with HDF5's object copy (``h5py.Group.copy``): datasets keep their bytes,
 chunking, filters and attributes; nothing is decoded and re-encoded. Every output is written to

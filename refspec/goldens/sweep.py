@@ -10,10 +10,10 @@ listed axes appears). Every case has a stable, readable id such as
 and a seed derived from that id and the sweep seed (SHA-256), so a single case regenerates
 alone with identical bits.
 
-Built-in sweeps live in ``refspec/goldens/sweeps/*.toml``; :func:`load_sweep` takes a built-in
-name or a path. Constraints are evaluated by a whitelisting tree walker (:class:`Constraint`),
+Built-in sweeps live in ``refspec/goldens/sweeps/*.toml``; ``load_sweep`` takes a built-in
+name or a path. Constraints are evaluated by a whitelisting tree walker (``Constraint``),
 never by ``eval``. What differs between operators (their axes, shape sizes, faults, case
-parameters) comes from their records (:mod:`refspec.ops`).
+parameters) comes from their records (``refspec.ops``).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class Constraint:
     """A named constraint: an expression such as ``"mode == 'half' or cos == '11SD'"`` or
     ``"B * N <= 1024"`` over axis values and shape sizes.
 
-    It is parsed with :mod:`ast` and checked against a whitelist when the sweep loads: names,
+    It is parsed with ``ast`` and checked against a whitelist when the sweep loads: names,
     literals (numbers, strings, booleans), ``and``/``or``/``not``, comparisons (``in`` too),
     ``+ - * // %`` on numbers, tuples/lists, and ``min``, ``max``, ``abs``, ``len``. Evaluation
     walks the checked tree; nothing reaches ``eval``.

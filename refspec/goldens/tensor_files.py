@@ -4,8 +4,8 @@
 16-bit patterns; its dtype and shape must come from elsewhere, and its byte size must match
 them. ``.npy`` is read with ``allow_pickle=False``; NumPy has no bfloat16, so a bfloat16 array
 appears as uint16 bits (what ``refspec export`` writes) or as 2-byte voids (what ``np.save``
-writes for an ml_dtypes array). :func:`npy_spec` reads only the header, :func:`read_tensor` the
-data. Every problem is a :class:`TensorFileError` naming the file and what was expected.
+writes for an ml_dtypes array). ``npy_spec`` reads only the header, ``read_tensor`` the
+data. Every problem is a ``TensorFileError`` naming the file and what was expected.
 """
 
 from __future__ import annotations

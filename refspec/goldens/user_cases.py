@@ -1,10 +1,10 @@
-"""Golden cases of the user's own inputs: case folders (:mod:`~refspec.goldens.folders`),
-msprobe dumps (:mod:`~refspec.goldens.msprobe_cases`) and the vendor's UT data
-(:mod:`~refspec.goldens.vendor_ut`) all end here (docs/real_runs.md).
+"""Golden cases of the user's own inputs: case folders (``refspec.goldens.folders``),
+msprobe dumps (``refspec.goldens.msprobe_cases``) and the vendor's UT data
+(``refspec.goldens.vendor_ut``) all end here (docs/real_runs.md).
 
 Each source first describes its cases without reading any data (every missing or inconsistent
-piece is an :class:`InputError` before anything is written); :func:`write_user_cases` then
-reads one case at a time, computes it by :func:`refspec.goldens.cases.compute_case` exactly as
+piece is an ``InputError`` before anything is written); ``write_user_cases`` then
+reads one case at a time, computes it by ``refspec.goldens.cases.compute_case`` exactly as
 a generated case is computed (the profile's validation, a negative case with its aclnn code,
 the exact outputs rounded once, the tolerance terms) and writes an ordinary golden file.
 """

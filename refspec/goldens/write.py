@@ -6,7 +6,7 @@ Semantics (docs/goldens.md, "Writing, resuming, merging"):
   ``complete=True`` and renames the file to ``<path>``. An exception or a killed process leaves
   only the ``.part`` file, whose ``complete`` is False: never a file that looks complete.
 - A case counts as written once all its datasets exist, its group carries ``written=True`` and
-  its id and summary row are appended to ``/index`` and ``/summary`` (:mod:`.index`; in that
+  its id and summary row are appended to ``/index`` and ``/summary`` (``.index``; in that
   order, at the next flush, at least once a second). A case interrupted
   half-way is deleted and rewritten when it is written again on resume.
 - ``resume=True`` continues ``<path>.part`` (or a complete ``<path>``: that file is moved back to
@@ -79,7 +79,7 @@ _SUBGROUP_LCPL, _SUBGROUP_GCPL = _subgroup_plists()
 
 def _dataset_plist(chunks, filters: dict) -> h5p.PropDCID:
     """The dataset creation property list h5py's ``create_dataset`` builds for ``chunks``
-    (None: contiguous) and the keywords of :func:`~refspec.goldens.format.compression_filters`
+    (None: contiguous) and the keywords of ``refspec.goldens.format.compression_filters``
     (shuffle before compression), without modification times, attributes in creation order."""
     dcpl = h5p.create(h5p.DATASET_CREATE)
     if chunks is not None:
@@ -301,7 +301,7 @@ class GoldenWriter:
                    regenerate: str = "") -> None:
         """Write one case (schema v1, docs/goldens.md). ``inputs``/``expected``/``exact`` map
         names to arrays (None values = absent tensors, skipped); ``terms`` maps each expected
-        output to its :class:`refspec.spec.terms.OutputTerms`; ``axes`` to its axis letters.
+        output to its ``refspec.spec.terms.OutputTerms``; ``axes`` to its axis letters.
         A negative case (``expected_error`` given) has inputs only."""
         if self._file is None:
             raise GoldenFileError("the writer is closed", self.path)
@@ -372,7 +372,7 @@ class GoldenWriter:
 
     def _parent(self, f: h5py.File, path: str, case_id: str) -> h5py.Group:
         """The group at ``/cases/<path>``, created (ordered) if absent, as
-        :func:`require_case_parent` does, remembering every group on the way."""
+        ``require_case_parent`` does, remembering every group on the way."""
         group = self._parents.get(path)
         if group is not None:
             return group

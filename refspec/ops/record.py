@@ -153,7 +153,7 @@ class Operator:
     elementwise_sum_abs: Callable | None = None
     #: aclnn spellings that vendor files shorten -> the file stem (xOptional -> x)
     file_aliases: Mapping[str, str] = field(default_factory=dict)
-    #: (inputs, attrs) of a backward case -> :class:`Autograd`; None for a forward operator
+    #: (inputs, attrs) of a backward case -> ``Autograd``; None for a forward operator
     autograd: Callable[[dict, dict], Autograd] | None = None
 
     # --- names -------------------------------------------------------------------------------
