@@ -15,7 +15,7 @@ import click
 
 from .._version import __version__
 from ..spec.errors import AclnnError
-from . import compare, generate, golden, store
+from . import compare, generate, golden, run, store
 from .errors import CliError, fail
 
 __all__ = ["CliError", "main", "fail"]
@@ -69,5 +69,5 @@ def main():
     """
 
 
-for _module in (generate, store, compare, golden):
+for _module in (generate, store, compare, run, golden):
     _module.register(main)

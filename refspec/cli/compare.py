@@ -60,9 +60,17 @@ def _check_writable(path: str | None, flag: str) -> None:
 @click.option("--only-present", is_flag=True,
               help="Cases with no output and no status.json were left out on purpose: they are "
                    "listed as not run but do not fail the run.")
+@click.option("--op", "operators", multiple=True, metavar="OP",
+              help="Only the cases of this operator: rope_grad, rope, nrc_grad, nrc (repeatable).")
+@click.option("-j", "--jobs", type=click.IntRange(min=0), default=1, show_default=True,
+              metavar="N", help="Worker processes judging groups of cases side by side "
+                                "(0 = one per CPU); the report is the same.")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Judge on this Dask scheduler's workers (also $REFSPEC_SCHEDULER); they must "
+                   "see GOLDEN and ACTUAL.")
 def compare_command(golden, actual, cases, standard, rtol, atol, saturation, mapping, ratio_level,
                     json_path, junit_path, html_path, heatmap_axes, top, failures_only, verbose,
-                    only_present, msprobe):
+                    only_present, operators, jobs, scheduler, msprobe):
     """Judge the outputs in ACTUAL against the golden HDF5 file GOLDEN.
 
     ACTUAL: a `refspec export` directory with the kernel's <output>.bin and status.json
@@ -70,25 +78,50 @@ def compare_command(golden, actual, cases, standard, rtol, atol, saturation, map
     tree, a .npz/.npy file, an HDF5 file in refspec's schema, or an msprobe dump directory
     (with --map).
     """
+    if actual is None and msprobe is None:
+        raise CliError("missing ACTUAL (the kernel's outputs) or --msprobe DUMP_PATH")
+
+    def source():
+        if msprobe is None:
+            return actual, mapping
+        from ..comparator.msprobe import msprobe_source
+        return msprobe_source(golden, msprobe, actual, mapping), None
+    return judge(golden, source, cases=cases, standard=standard, rtol=rtol, atol=atol,
+                 saturation=saturation, ratio_level=ratio_level, json_path=json_path,
+                 junit_path=junit_path, html_path=html_path, heatmap_axes=heatmap_axes, top=top,
+                 failures_only=failures_only, verbose=verbose, only_present=only_present,
+                 operators=operators, jobs=jobs, scheduler=scheduler)
+
+
+def judge(golden, source, *, cases, standard, rtol, atol, saturation, ratio_level, json_path,
+          junit_path, html_path, heatmap_axes, top, failures_only, verbose, only_present,
+          operators, jobs, scheduler) -> int:
+    """Judge the actual outputs ``source()`` gives (``(actual, mapping)``) against GOLDEN and
+    print and write the reports; the exit code (``refspec compare`` and ``refspec run``)."""
     from ..comparator import CompareUsageError, MappingError, compare
+    from ..comparator.frameworks import FrameworkError
+    from ..comparator.implementation import ImplementationError
     from ..comparator.render_text import render_text
+    from ..goldens.executors import SchedulerUnavailable, WorkerLost, scheduler_address
 
     for path, flag in ((json_path, "--json"), (junit_path, "--junit"), (html_path, "--html")):
         _check_writable(path, flag)
     if heatmap_axes is not None and not (heatmap_axes.isalpha() and 1 <= len(heatmap_axes) <= 2):
         raise CliError(f"--heatmap-axes {heatmap_axes!r}: give one or two axis letters, e.g. SD")
-    if actual is None and msprobe is None:
-        raise CliError("missing ACTUAL (the kernel's outputs) or --msprobe DUMP_PATH")
     try:
-        if msprobe is not None:
-            from ..comparator.msprobe import msprobe_source
-            actual, mapping = msprobe_source(golden, msprobe, actual, mapping), None
+        actual, mapping = source()
         report = compare(golden, actual, cases=list(cases) or None, standard=standard, rtol=rtol,
                          atol=atol, saturation=saturation, mapping=mapping, top=top,
                          ratio_level=ratio_level, heatmaps=html_path is not None,
-                         heatmap_axes=heatmap_axes, only_present=only_present)
-    except (CompareUsageError, MappingError, UnknownCaseError) as exc:
+                         heatmap_axes=heatmap_axes, only_present=only_present,
+                         operators=list(operators) or None, jobs=jobs or (os.cpu_count() or 1),
+                         scheduler=scheduler_address(scheduler))
+    except (CompareUsageError, MappingError, UnknownCaseError, FrameworkError,
+            ImplementationError, SchedulerUnavailable) as exc:
         raise CliError(str(exc)) from None
+    except WorkerLost as exc:
+        raise CliError(f"{exc}; nothing was written (--jobs 1 judges in this process and shows "
+                       "the cause)") from None
     click.echo(render_text(report, verbose=verbose, failures_only=failures_only))
     if json_path:
         from ..comparator.render_json import write_json

@@ -280,6 +280,24 @@ class ActualSource:
         ``(None, None)`` for sources that hold none."""
         return None, None
 
+    def reference(self, case):
+        """The golden case the source's outputs are judged against: ``case`` itself, unless
+        the source ran an implementation whose own saved values the reference must use."""
+        return case
+
+    def rejection(self, case_id: str) -> str:
+        """What the kernel said when it rejected a case ("" when the source does not know)."""
+        return ""
+
+    def not_run_reason(self, case_id: str) -> str:
+        """Why a case with nothing to judge was not run ("": the comparator says it)."""
+        return ""
+
+    @property
+    def timings(self) -> dict:
+        """Seconds per case id, for sources that ran the implementation themselves."""
+        return {}
+
     def close(self) -> None:
         pass
 

@@ -1,22 +1,26 @@
-"""An implementation's functions as a source of actual outputs: each golden case's stored inputs
-are fed to the function of the same name as the spec's (``rotary_position_embedding_grad``,
-``norm_rope_concat_backward``, ...) and its results are judged like any kernel's dump
-(docs/run.md).
+"""An implementation's functions as a source of actual outputs (``refspec run``, the pytest
+plugin): each golden case's stored inputs are fed to the function named like the spec's
+(``rotary_position_embedding_grad``, ``norm_rope_concat_backward``, ...), and what it returns is
+judged exactly like a kernel's dump (docs/run.md).
 
 - The function is called with every tensor parameter of the spec function by keyword (None where
-  the case has no such input) and the operator's attributes (``mode``, ``norm_type``, ...); no
-  ``soc`` or ``out_dtype``. It may return a tuple in the spec's output order (a named tuple
-  too), a dict keyed by spec or aclnn names, or one array for a one-output operator.
-- With ``autograd``, a backward case is judged through its forward: the module's forward
-  function runs under torch autograd on the case's inputs and the stored upstream gradients are
-  fed to ``backward()`` (the operator record says which gradient is which output:
-  ``refspec.ops.Autograd``).
+  the case has no such input), the operator's attributes (``mode``, ``norm_type``, ...), and the
+  case's chip profile as ``soc=`` when it takes that keyword. It may return a tuple in the spec's
+  output order (a named tuple too), a dict keyed by spec or aclnn names, or one array for a
+  one-output operator.
+- With ``autograd``, a backward case is judged through its forward: the module's forward runs
+  under torch autograd on the case's inputs and the stored upstream gradients are fed to
+  ``backward()`` (the operator record's :class:`refspec.ops.Autograd` says which gradient is
+  which output). Where the backward takes values the forward saves (NormRopeConcat's mean and
+  rstd), the reference is the spec's backward at the forward's own values: those are what its
+  backward uses. Negative cases of a backward are not run this way (autograd calls the forward,
+  whose own negative cases judge what it rejects).
 - A negative case passes when the function raises with the expected aclnn code (an integer
   attribute ``code``, or the code in its message); an exception without a code is a rejection
   whose code cannot be checked (reported as such); returning normally fails the case.
 - A function the module lacks leaves its cases not run.
-- Each case is timed: the first call is judged, then ``repeat`` more calls are timed and their
-  median reported (the device synchronised around each call).
+- Each case is timed: the first call is judged, then ``repeat`` more calls are timed (the device
+  synchronised around each) and their median reported.
 """
 
 from __future__ import annotations
@@ -34,19 +38,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import ops
+from ..spec.errors import AclnnError
 from .actuals import ActualSource, Problem, check_array
-from .frameworks import FrameworkError
+from .frameworks import FrameworkError, framework
+from .memory_case import spec_case
+from .run import UNKNOWN_CODE
 
-__all__ = ["ImplementationError", "load_implementation", "ImplementationSource", "CaseRun",
-           "UNKNOWN_CODE", "aclnn_code"]
+__all__ = ["ImplementationError", "Implementation", "ImplementationSource", "CaseRun",
+           "load_implementation", "aclnn_code"]
 
-#: the status of a case whose function raised an exception that names no aclnn code
-UNKNOWN_CODE = -1
 _CODE_IN_MESSAGE = re.compile(r"(?<!\d)([15]6[01]\d{3})(?!\d)")
 
 
 class ImplementationError(ValueError):
-    """The implementation module cannot be used (not importable, no function of the spec)."""
+    """The implementation cannot be used as asked (not importable, a bad result)."""
 
 
 def load_implementation(name: str):
@@ -61,21 +66,8 @@ def load_implementation(name: str):
         except AttributeError:
             raise ImplementationError(f"--impl {name}: {module_part} has no attribute {attr!r}") from None
     if name.endswith(".py") or os.sep in name or "/" in name:
-        path = os.path.abspath(name)
-        if not os.path.isfile(path):
-            raise ImplementationError(f"--impl {name}: no such file")
-        module_name = "refspec_impl_" + re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as exc:
-            del sys.modules[module_name]
-            raise ImplementationError(f"--impl {name}: importing it failed: "
-                                      f"{type(exc).__name__}: {_one_line(exc)}") from None
-        return module
-    if os.getcwd() not in sys.path and "" not in sys.path:
+        return _load_file(name)
+    if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         return importlib.import_module(name)
@@ -89,6 +81,25 @@ def load_implementation(name: str):
                                   f"{type(exc).__name__}: {_one_line(exc)}") from None
 
 
+def _load_file(name: str):
+    path = os.path.abspath(name)
+    if not os.path.isfile(path):
+        raise ImplementationError(f"--impl {name}: no such file")
+    module_name = "refspec_impl_" + re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])
+    if module_name in sys.modules and getattr(sys.modules[module_name], "__file__", None) == path:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[module_name]
+        raise ImplementationError(f"--impl {name}: importing it failed: "
+                                  f"{type(exc).__name__}: {_one_line(exc)}") from None
+    return module
+
+
 def aclnn_code(exc: BaseException) -> int:
     """The aclnn status an exception carries: its integer ``code`` attribute, else a code
     written in its message (161001 ... 561103), else ``UNKNOWN_CODE``."""
@@ -99,16 +110,37 @@ def aclnn_code(exc: BaseException) -> int:
     return int(found.group(1)) if found else UNKNOWN_CODE
 
 
+@dataclass(frozen=True)
+class Implementation:
+    """What ``refspec run`` judges: the implementation ``name`` (see
+    :func:`load_implementation`) in ``framework`` on ``device``. An actual source made from
+    this description (:meth:`open`) in each process that judges cases, so ``--jobs`` workers
+    and Dask workers load the implementation themselves."""
+
+    name: str
+    framework: str = "numpy"
+    device: str | None = None
+    autograd: bool = False
+    repeat: int = 3
+
+    def open(self) -> "ImplementationSource":
+        return ImplementationSource(load_implementation(self.name),
+                                    framework(self.framework, self.device),
+                                    autograd=self.autograd, repeat=self.repeat, label=self.name)
+
+
 @dataclass
 class CaseRun:
-    """What running one case gave: outputs by name, the status (0, an aclnn code, or
-    UNKNOWN_CODE), the exception's text, why it was not run, and the timed calls (seconds)."""
+    """What running one case gave: the function called, outputs by name, the status (0, an
+    aclnn code, or UNKNOWN_CODE), the exception's text, why it was not run, the values of
+    backward inputs the forward saved, and the timed calls (seconds)."""
 
     function: str = ""
     outputs: dict = field(default_factory=dict)
-    status: int | None = 0
+    status: int = 0
     error: str = ""
     not_run: str = ""
+    saved: dict = field(default_factory=dict)
     times: list = field(default_factory=list)
 
     @property
@@ -117,31 +149,53 @@ class CaseRun:
 
 
 class ImplementationSource(ActualSource):
-    """Runs ``module``'s functions on the cases of ``golden`` (a GoldenFile or case objects by
-    id) as the comparator asks for them; one case's results are kept at a time."""
+    """Runs an implementation's functions on the cases the comparator judges, one case at a
+    time (its results kept until the next case)."""
 
     kind = "implementation"
 
-    def __init__(self, module, framework, *, autograd: bool = False, repeat: int = 3,
-                 cases: dict | None = None, label: str | None = None):
-        if autograd and not framework.autograd:
+    def __init__(self, impl, fw, *, autograd: bool = False, repeat: int = 3,
+                 label: str | None = None):
+        if autograd and not fw.autograd:
             raise FrameworkError("--autograd needs --framework torch")
-        super().__init__(label or getattr(module, "__name__", "<implementation>"))
-        self.module = module
-        self.framework = framework
+        super().__init__(label or getattr(impl, "__name__", type(impl).__name__))
+        self.impl = impl
+        self.framework = fw
         self.autograd = autograd
         self.repeat = max(0, int(repeat))
-        self.cases = cases if cases is not None else {}
-        self.timings: dict[str, float | None] = {}
-        self._current: tuple[str, CaseRun] | None = None
+        self._timings: dict[str, float] = {}
+        self._runs: dict[str, CaseRun] = {}
 
     # --- the comparator's questions -------------------------------------------------------
+    def reference(self, case):
+        run = self._run_once(case)
+        if not run.saved:
+            return case
+        record = ops.get(case.op)
+        inputs = {n: case.inputs[n][()] for n in case.input_names}
+        inputs.update(run.saved)
+        try:
+            ref = spec_case(record.function, soc=case.soc or None, case_id=case.case_id,
+                            **inputs, **record.attrs_of(case.params))
+        except AclnnError:                    # saved values the backward cannot take (dtype)
+            return case
+        ref.params = dict(case.params)
+        ref.regenerate = (f"{case.regenerate} (reference: the backward at the forward's own "
+                          f"{', '.join(run.saved)})")
+        return ref
+
     def status(self, case_id: str):
-        run = self.run(case_id)
+        run = self._runs[case_id]
         return (None if run.not_run else run.status), None
 
+    def rejection(self, case_id: str) -> str:
+        return self._runs[case_id].error
+
+    def not_run_reason(self, case_id: str) -> str:
+        return self._runs[case_id].not_run
+
     def lookup(self, case_id, op, output, dtype, shape):
-        run = self.run(case_id)
+        run = self._runs[case_id]
         if run.not_run:
             return Problem("missing", run.not_run)
         where = f"{self.path}.{run.function}"
@@ -149,62 +203,62 @@ class ImplementationSource(ActualSource):
             return Problem("missing", f"{where} returned no {output}")
         return check_array(run.outputs[output], dtype, shape, f"{where}[{output}]")
 
-    def not_run_reason(self, case_id: str) -> str:
-        return self.run(case_id).not_run
+    @property
+    def timings(self) -> dict:
+        return dict(self._timings)
 
     # --- running --------------------------------------------------------------------------
-    def run(self, case_id: str) -> CaseRun:
-        if self._current is not None and self._current[0] == case_id:
-            return self._current[1]
-        case = self.cases[case_id]
-        result = self._run(case)
-        self._current = (case_id, result)
-        self.timings[case_id] = result.median
-        return result
+    def _run_once(self, case) -> CaseRun:
+        if case.case_id not in self._runs:
+            self._runs = {case.case_id: self.run(case)}          # one case kept at a time
+            median = self._runs[case.case_id].median
+            if median is not None:
+                self._timings[case.case_id] = median
+        return self._runs[case.case_id]
 
-    def _run(self, case) -> CaseRun:
+    def run(self, case) -> CaseRun:
+        """Call the implementation on one case (see the module docstring)."""
         record = ops.get(case.op)
-        if self.autograd and record.autograd is not None and case.expected_error is not None:
+        plan_of = record.autograd if self.autograd else None
+        if plan_of is not None and case.expected_error is not None:
             return CaseRun(not_run=f"a negative case of {record.function}: --autograd calls the "
                                    "forward, whose own negative cases judge what it rejects")
         inputs = {n: case.inputs[n][()] for n in case.input_names}
         attrs = record.attrs_of(case.params)
-        soc = {"soc": case.soc or None}
-        if self.autograd and record.autograd is not None:
-            plan = record.autograd(inputs, attrs)
-            forward = ops.get(plan.forward)
-            fn = getattr(self.module, forward.function, None)
-            if fn is None:
-                return CaseRun(not_run=f"{self.path} has no {forward.function} (--autograd "
-                                       f"judges {record.function} through it)")
-            name = forward.function
-            extra = soc if _takes(fn, "soc") else {}
-
-            def call():
-                return self._autograd_call(fn, forward, plan, inputs, extra)
+        if plan_of is not None:
+            plan = plan_of(inputs, attrs)
+            target = ops.get(plan.forward)
         else:
-            fn = getattr(self.module, record.function, None)
-            if fn is None:
-                return CaseRun(not_run=f"{self.path} has no {record.function}")
-            name = record.function
-            extra = soc if _takes(fn, "soc") else {}
+            plan, target = None, record
+        fn = getattr(self.impl, target.function, None)
+        if fn is None:
+            why = (f" (--autograd judges {record.function} through it)" if plan else "")
+            return CaseRun(not_run=f"{self.path} has no {target.function}{why}")
+        extra = {"soc": case.soc or None} if _takes(fn, "soc") else {}
 
-            def call():
-                args = {t.name: (self.framework.tensor(inputs[t.name]) if t.name in inputs
-                                 else None) for t in record.inputs}
-                return _outputs(fn(**args, **attrs, **extra), record)
+        def call():
+            if plan is not None:
+                return self._autograd_call(fn, target, plan, inputs, extra)
+            args = {t.name: (self.framework.tensor(inputs[t.name]) if t.name in inputs else None)
+                    for t in record.inputs}
+            return _outputs(fn(**args, **attrs, **extra), record), {}
+
         try:
-            outputs = self._timed(call)
+            outputs, saved = self._timed(call)
         except Exception as exc:
-            return CaseRun(function=name, status=aclnn_code(exc),
+            return CaseRun(function=target.function, status=aclnn_code(exc),
                            error=f"{type(exc).__name__}: {_one_line(exc)}")
-        run = CaseRun(function=name, outputs={k: self.framework.array(v)
-                                              for k, v in outputs.items() if v is not None})
+        run = CaseRun(function=target.function,
+                      outputs={k: self.framework.array(v) for k, v in outputs.items()
+                               if v is not None},
+                      saved={k: self.framework.array(v) for k, v in saved.items()})
         for _ in range(self.repeat):
+            times = []
             try:
-                self._timed(call, times=run.times)
+                self._timed(call, times)
             except Exception:                 # judged by the first call; timing stops here
                 break
+            run.times += times
         return run
 
     def _timed(self, call, times: list | None = None):
@@ -217,7 +271,7 @@ class ImplementationSource(ActualSource):
         return result
 
     def _autograd_call(self, fn, forward: ops.Operator, plan: ops.Autograd, inputs: dict,
-                       extra: dict) -> dict:
+                       extra: dict) -> tuple[dict, dict]:
         fw = self.framework
         leaves = {n: fw.tensor(a, requires_grad=n in plan.leaves) for n, a in plan.inputs.items()}
         args = {t.name: leaves.get(t.name) for t in forward.inputs}
@@ -226,18 +280,24 @@ class ImplementationSource(ActualSource):
         if missing:
             raise ImplementationError(f"{forward.function} returned no {', '.join(missing)}")
         names = list(plan.upstream)
-        fw.backward([outs[n] for n in names],
-                    [fw.tensor(inputs[plan.upstream[n]]) for n in names])
-        # an input the forward did not use gets no gradient: zero, as autograd means it
-        return {out: fw.grad(leaves[n]) if fw.grad(leaves[n]) is not None else fw.zeros_like(leaves[n])
-                for n, out in plan.leaves.items()}
+        fw.backward([outs[n] for n in names], [fw.tensor(inputs[plan.upstream[n]]) for n in names])
+        grads = {}
+        for n, out in plan.leaves.items():
+            g = fw.grad(leaves[n])
+            # an input the forward did not use gets no gradient: zero, as autograd means it
+            grads[out] = g if g is not None else fw.zeros_like(leaves[n])
+        saved = {plan.saved[n]: outs[n] for n in plan.saved if outs.get(n) is not None}
+        return grads, saved
 
 
 def _outputs(result, record: ops.Operator) -> dict:
     """A function's result as {output name: value} (tuple, named tuple, dict or one array)."""
     names = record.output_names
     if isinstance(result, dict):
-        return {record.python_name(k): v for k, v in result.items()}
+        try:
+            return {record.python_name(k): v for k, v in result.items()}
+        except KeyError as exc:
+            raise ImplementationError(f"{record.function} returned {exc.args[0]}") from None
     if isinstance(result, (tuple, list)):
         if len(result) > len(names):
             raise ImplementationError(f"{record.function} returned {len(result)} values; it has "

@@ -178,6 +178,12 @@ def render_html(report) -> str:
            f"<style>{_CSS}</style></head><body>",
            f"<h1>refspec compare</h1><p><b>{e(report.summary_line())}</b></p>",
            f"<p>golden: <code>{e(report.golden)}</code><br>actual: <code>{e(str(report.actual))}</code></p>"]
+    if report.timings:
+        slow = sorted(report.timings.items(), key=lambda kv: -kv[1])[:10]
+        out.append(f"<p>{e(report.timing_line())}</p><details><summary>the slowest cases"
+                   "</summary><table><tr><th>case</th><th class='num'>ms (median)</th></tr>"
+                   + "".join(f"<tr><td>{e(c)}</td><td class='num'>{t * 1e3:.3g}</td></tr>"
+                             for c, t in slow) + "</table></details>")
     if plt is None:
         out.append("<p><b>matplotlib is not installed: the pictures are left out</b> "
                    "(pip install matplotlib, or the refspec[html] extra).</p>")
@@ -201,9 +207,9 @@ def render_html(report) -> str:
         out.append("</details>")
     if report.not_run:
         out.append(f"<h2>Not run ({len(report.not_run)} cases)</h2><p>No output and no status "
-                   + ("(left out on purpose: --only-present)" if report.only_present else
+                   + ("(they do not fail the run)" if report.only_present else
                       "(they fail the run; --only-present if only the others were meant)")
-                   + "</p><ul>" + "".join(f"<li>{e(op)}: {n}</li>"
+                   + "</p><ul>" + "".join(f"<li>{e(op)}: {n} ({e(report.not_run_reason(op))})</li>"
                                           for op, n in report.not_run_by_op().items()) + "</ul>")
         out.append("<details><summary>case ids</summary><div class='msg'>"
                    + "<br>".join(e(n.case_id) for n in report.not_run) + "</div></details>")

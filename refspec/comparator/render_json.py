@@ -1,4 +1,4 @@
-"""``--json PATH``: the whole report, machine-readable (schema ``refspec-compare/1``;
+"""``--json PATH``: the whole report, machine-readable (schema ``refspec-compare/2``;
 NaN and infinities are the strings "nan", "inf", "-inf" so the file is strict JSON)."""
 
 from __future__ import annotations

@@ -45,8 +45,12 @@ def render_junit(report) -> str:
         ET.SubElement(props, "property", name=k, value=str(v))
     for k, v in report.overrides.items():
         ET.SubElement(props, "property", name=f"override.{k}", value=repr(v))
+    timed = set()
     for r in report.results:
         tc = ET.SubElement(suite, "testcase", classname=r.case_id, name=r.output)
+        if r.case_id in report.timings and r.case_id not in timed:    # the case's time, once
+            tc.set("time", f"{report.timings[r.case_id]:.6f}")
+            timed.add(r.case_id)
         if r.status == "pass":
             continue
         if r.status == "too_strict":

@@ -84,10 +84,12 @@ def render_text(report, width: int | None = None, verbose: bool = False,
     if not verbose and not failures_only:
         lines += [_group_line(g) for g in pass_groups(report)]
     for op, n in report.not_run_by_op().items():
-        lines.append(f"NOT RUN {n:>5} x {op}: cases with no output and no status.json "
+        lines.append(f"NOT RUN {n:>5} x {op}: {report.not_run_reason(op)} "
                      f"(ids in the JSON report; "
-                     f"{'left out on purpose: --only-present' if report.only_present else '--only-present if only these were meant'})")
+                     f"{'they do not fail the run' if report.only_present else 'they fail the run: --only-present if only the others were meant'})")
     for note in report.notes:
         lines.append(f"note: {note}")
+    if report.timing_line():
+        lines.append(report.timing_line())
     lines.append(report.summary_line())
     return "\n".join(lines)

@@ -182,6 +182,8 @@ class Report:
     only_present: bool = False
     notes: list[str] = field(default_factory=list)
     elapsed: float = 0.0
+    #: seconds per case id, when the comparator ran the implementation itself (refspec run)
+    timings: dict = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -212,6 +214,13 @@ class Report:
             out[nr.op] = out.get(nr.op, 0) + 1
         return out
 
+    def not_run_reason(self, op: str) -> str:
+        """Why the cases of ``op`` were not run: their one reason, or a summary of several."""
+        reasons = list(dict.fromkeys(nr.reason for nr in self.not_run if nr.op == op))
+        if len(reasons) == 1:
+            return reasons[0]
+        return "cases with no output and no status.json"
+
     def ordered(self) -> list[OutputResult]:
         """Input problems, rejected inputs, judged failures, too strict, passes; golden order
         kept within each group."""
@@ -234,7 +243,7 @@ class Report:
             text += f"; {c['negative_cases']} negative cases judged by status"
         if self.not_run:
             text += (f"; {len(self.not_run)} cases not run"
-                     + (" (--only-present)" if self.only_present else ""))
+                     + (", which do not fail the run" if self.only_present else ""))
         return text
 
     def to_dict(self) -> dict:
@@ -249,10 +258,21 @@ class Report:
                             "elapsed_seconds": self.elapsed, "not_run_by_operator": self.not_run_by_op()},
                 "ulp_histogram_bins": ulp_bin_labels(),
                 "notes": list(self.notes),
+                "timings": {"unit": "seconds", "median_of_calls": dict(self.timings)},
                 "not_run": [{"case_id": n.case_id, "op": n.op, "reason": n.reason}
                             for n in self.not_run],
                 "results": [r.summary_dict() if r.status == "pass" else r.to_dict()
                             for r in self.ordered()]}
+
+    def timing_line(self) -> str | None:
+        """A line on the cases' timings (``refspec run``), None when nothing was timed."""
+        if not self.timings:
+            return None
+        times = sorted(self.timings.items(), key=lambda kv: -kv[1])
+        total = sum(t for _, t in times)
+        slowest, t_max = times[0]
+        return (f"time: {len(times)} cases timed, {total:.3g} s in all (the median of the timed "
+                f"calls of each); slowest {t_max * 1e3:.3g} ms: {slowest}")
 
     def first_failure_message(self) -> str | None:
         for r in self.ordered():

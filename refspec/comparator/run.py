@@ -13,6 +13,7 @@ from math import prod
 
 from .. import goldens, ops
 from ..goldens.export import select_cases
+from ..goldens.format import UnknownCaseError
 from ..spec.terms import ELEMENTWISE
 from .actuals import H5Source, MemorySource, NpzSource, Problem, TreeSource, ActualSource
 from .benchmark import BenchmarkUnavailable, float32_benchmark
@@ -23,7 +24,11 @@ from .naming import context_of
 from .report import STATUS_ROW, NotRun, OutputResult, Report
 from .standards import RATIO_LEVELS, STANDARD_NAMES, resolve_rule
 
-__all__ = ["compare", "open_source", "CompareUsageError", "MAX_THREADS"]
+__all__ = ["compare", "open_source", "select_ids", "CompareUsageError", "MAX_THREADS",
+           "UNKNOWN_CODE"]
+
+#: the status of a case the kernel rejected without an aclnn code (an exception without one)
+UNKNOWN_CODE = -1
 
 #: threads that judge the blocks of one output side by side (at most the CPUs this process
 #: may use)
@@ -39,6 +44,8 @@ def open_source(actual, mapping: Mapping | None = None) -> ActualSource:
     arrays."""
     if isinstance(actual, ActualSource):
         return actual
+    if callable(getattr(actual, "open", None)) and not isinstance(actual, (str, os.PathLike)):
+        return actual.open()              # a description of a source (refspec run's Implementation)
     if isinstance(actual, dict):
         return MemorySource(actual)
     path = os.fspath(actual)
@@ -62,23 +69,59 @@ def open_source(actual, mapping: Mapping | None = None) -> ActualSource:
                             ".npz/.npy, HDF5, an msprobe dump directory")
 
 
-def _cases(golden, selectors):
+def _operator_functions(operators) -> set | None:
+    """The spec function names of ``operators`` (short ids, function or aclnn names)."""
+    if not operators:
+        return None
+    if isinstance(operators, str):
+        operators = [operators]
+    found = set()
+    for name in operators:
+        record = ops.find(name)
+        if record is None:
+            raise CompareUsageError(f"unknown operator {name!r}; allowed: "
+                                    f"{', '.join(ops.ids())}")
+        found.add(record.function)
+    return found
+
+
+def select_ids(gf: goldens.GoldenFile, selectors=None, operators=None) -> list[str]:
+    """The case ids of ``gf`` that ``selectors`` (ids or shell patterns) and ``operators``
+    choose, in file order."""
+    ids = select_cases(gf, selectors)
+    functions = _operator_functions(operators)
+    if functions is None:
+        return ids
+    op_of = {r.case_id: r.op for r in gf.summary()}
+    return [i for i in ids if op_of.get(i) in functions]
+
+
+def _cases(golden, selectors, operators=None, case_ids=None):
     """(label, list of cases, closer) for a path, an open GoldenFile, or case objects."""
-    if isinstance(golden, (str, os.PathLike)):
-        gf = goldens.open(golden)
+    if isinstance(golden, (str, os.PathLike, goldens.GoldenFile)):
+        own = not isinstance(golden, goldens.GoldenFile)
+        gf = goldens.open(golden) if own else golden
         try:
-            ids = select_cases(gf, selectors)
+            if case_ids is not None:
+                missing = [i for i in case_ids if i not in gf]
+                if missing:
+                    raise UnknownCaseError(f"case {missing[0]!r} is not in {gf.path}")
+                ids = list(case_ids)
+            else:
+                ids = select_ids(gf, selectors, operators)
         except BaseException:
-            gf.close()
+            if own:
+                gf.close()
             raise
-        return os.fspath(golden), (gf[i] for i in ids), len(ids), gf.close
-    if isinstance(golden, goldens.GoldenFile):
-        ids = select_cases(golden, selectors)
-        return golden.path, (golden[i] for i in ids), len(ids), lambda: None
+        return (os.fspath(golden) if own else gf.path, (gf[i] for i in ids), len(ids),
+                gf.close if own else (lambda: None))
     cases = list(golden) if isinstance(golden, (list, tuple)) else [golden]
     if selectors:
         import fnmatch
         cases = [c for c in cases if any(fnmatch.fnmatchcase(c.case_id, s) for s in selectors)]
+    functions = _operator_functions(operators)
+    if functions is not None:
+        cases = [c for c in cases if ops.get(c.op).function in functions]
     label = cases[0].case_id if len(cases) == 1 else f"{len(cases)} cases"
     return label, iter(cases), len(cases), lambda: None
 
@@ -87,7 +130,8 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
             atol: float | None = None, saturation: bool = False, mapping=None, top: int = 10,
             ratio_level: str | None = None, heatmaps: bool = False,
             heatmap_axes: str | None = None, progress=None, fast: bool = True, status=None,
-            only_present: bool = False) -> Report:
+            only_present: bool = False, operators=None, case_ids=None, jobs: int = 1,
+            scheduler: str | None = None) -> Report:
     """Judge a kernel's outputs against golden cases.
 
     ``golden``: a golden HDF5 path, an open ``refspec.goldens.GoldenFile``, or case objects
@@ -102,6 +146,11 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
     returned (0: accepted; else its aclnn code), an int for one case or ``{case_id: code}``;
     it takes the place of the ``status.json`` files of a directory. ``only_present``: cases
     with no output and no status were left out on purpose (they do not fail the run).
+    ``operators``: only the cases of these operators (short ids, function or aclnn names);
+    ``case_ids``: exactly these cases (no patterns). ``jobs`` worker processes, or the Dask
+    cluster at ``scheduler``, judge groups of cases side by side (the golden file and the
+    actual outputs given as paths, or an actual source description such as ``refspec run``'s
+    ``Implementation``); the report is the one a single process gives.
     Input problems become per-output statuses; ``CompareUsageError`` and
     ``refspec.goldens.GoldenFileError`` are raised for unusable arguments.
     """
@@ -120,8 +169,19 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
     if isinstance(cases, str):
         cases = [cases]
     t0 = time.perf_counter()
+    if jobs > 1 or scheduler:
+        return _compare_in_parts(golden, actual, cases, operators, jobs, scheduler, progress, t0,
+                                 dict(standard=standard, rtol=rtol, atol=atol,
+                                      saturation=saturation, mapping=mapping, top=top,
+                                      ratio_level=ratio_level, heatmaps=heatmaps,
+                                      heatmap_axes=heatmap_axes, fast=fast, status=status,
+                                      only_present=only_present))
     source = open_source(actual, mapping)
-    label, case_iter, n_cases, close = _cases(golden, cases)
+    try:
+        label, case_iter, n_cases, close = _cases(golden, cases, operators, case_ids)
+    except BaseException:
+        source.close()
+        raise
     try:
         statuses = _statuses(status, n_cases)
         if isinstance(actual, dict) and n_cases > 1 and actual and not any(
@@ -144,11 +204,12 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
     try:
         for i, case in enumerate(case_iter):
             source.single_case = case.case_id if n_cases == 1 else None
+            case = source.reference(case)
             if statuses is None:
                 code, why = source.status(case.case_id)
             else:
                 code, why = statuses.get(case.case_id, statuses.get(None)), None
-            if not _judge_status(case, code, why, report):
+            if not _judge_status(case, code, why, report, source):
                 _judge_case(case, source, opts, report, code is not None)
             if progress is not None:
                 progress(i + 1, n_cases, case.case_id)
@@ -157,7 +218,68 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
             pool.shutdown()
         close()
         source.close()
+    report.timings = dict(source.timings)
     report.elapsed = time.perf_counter() - t0
+    return report
+
+
+def _compare_part(task) -> Report:
+    """One group of cases judged in a worker process (or on a Dask worker)."""
+    golden, actual, ids, options = task
+    return compare(golden, actual, case_ids=ids, **options)
+
+
+def _compare_in_parts(golden, actual, selectors, operators, jobs, scheduler, progress, t0,
+                      options) -> Report:
+    """compare() with groups of cases of about equal size judged side by side; the parts'
+    reports are joined in the order of the selection."""
+    from ..goldens import executors
+    if not isinstance(golden, (str, os.PathLike)) or isinstance(actual, dict) or (
+            isinstance(actual, ActualSource)):
+        raise CompareUsageError("judging in parallel (--jobs, --scheduler) needs the golden file "
+                                "as a path and the actual outputs as a path (or refspec run's "
+                                "implementation), which each worker opens itself")
+    golden = os.fspath(golden)
+    actual = os.fspath(actual) if isinstance(actual, os.PathLike) else actual
+    open_source(actual, options["mapping"]).close()        # usage errors before any work
+    with goldens.open(golden) as gf:
+        ids = select_ids(gf, selectors, operators)
+        size = {r.case_id: r.data_bytes for r in gf.summary()}
+    workers = executors.worker_count(scheduler) if scheduler else jobs
+    groups = executors.balance([size.get(i, 0) + CASE_BYTES for i in ids], 4 * workers)
+    tasks = [(golden, actual, [ids[i] for i in g], options) for g in groups]
+    parts, done = [], 0
+    for i, part in executors.run(_compare_part, tasks, jobs=jobs, scheduler=scheduler):
+        parts.append(part)
+        done += len(tasks[i][2])
+        if progress is not None:
+            progress(done, len(ids), tasks[i][2][-1])
+    report = _joined(parts, ids, golden)
+    report.elapsed = time.perf_counter() - t0
+    return report
+
+
+#: the work of judging a case beyond its bytes, in bytes (for splitting a run into parts)
+CASE_BYTES = 1 << 18
+
+
+def _joined(parts: list[Report], ids: list[str], golden: str) -> Report:
+    """The reports of groups of cases as one, in the order of ``ids``."""
+    order = {case_id: k for k, case_id in enumerate(ids)}
+    first = parts[0] if parts else None
+    report = Report(golden=golden, actual=first.actual if first else "",
+                    standard=first.standard if first else "default",
+                    overrides=dict(first.overrides) if first else {},
+                    saturation=first.saturation if first else False,
+                    only_present=first.only_present if first else False)
+    for part in parts:
+        report.results += part.results
+        report.not_run += part.not_run
+        report.timings.update(part.timings)
+        report.notes += [n for n in part.notes if n not in report.notes]
+    report.results.sort(key=lambda r: order[r.case_id])       # stable: outputs keep their order
+    report.not_run.sort(key=lambda n: order[n.case_id])
+    report.timings = {i: report.timings[i] for i in ids if i in report.timings}
     return report
 
 
@@ -188,13 +310,16 @@ def _status_row(case, status, reason, message="", code=None) -> OutputResult:
                             if case.expected_error is not None else "the kernel returns 0"))
 
 
-def _judge_status(case, code, why, report: Report) -> bool:
+def _judge_status(case, code, why, report: Report, source: ActualSource) -> bool:
     """Judge the status a kernel returned for a case (docs/compare.md, "Negative cases"): a
     negative case passes when the code equals the expected one and is "not run" without a
-    status; a positive case with a non-zero status is "rejected". True when the case needs
-    nothing more (its outputs are not judged)."""
+    status; a positive case with a non-zero status is "rejected". ``UNKNOWN_CODE``: the kernel
+    rejected the case without saying which aclnn code (the source tells what it said): a
+    rejection whose code cannot be checked. True when the case needs nothing more (its outputs are not
+    judged)."""
     expected = getattr(case, "expected_error", None)
     context = context_of(case.op, case.params)
+    said = source.rejection(case.case_id) if code else ""
     if why is not None:
         report.results.append(_status_row(case, "unreadable", why,
                                           f"{STATUS_ROW}: unreadable: {why} [{context}]"))
@@ -202,19 +327,25 @@ def _judge_status(case, code, why, report: Report) -> bool:
     if expected is None:
         if code is None or code == 0:
             return False
-        reason = f"the kernel returned {code} for a valid input (expected 0)"
+        got = "an error without an aclnn code" if code == UNKNOWN_CODE else str(code)
+        reason = f"the kernel returned {got} for a valid input (expected 0)" + (
+            f": {said}" if said else "")
         report.results.append(_status_row(case, "rejected", reason,
-                                          f"{STATUS_ROW} = {code} but should be 0: rejected a "
-                                          f"valid input [{context}]"))
+                                          f"{STATUS_ROW} = {got} but should be 0: rejected a "
+                                          f"valid input [{context}]" + (f" ({said})" if said else "")))
         return True
     what = f"aclnn {expected}" + (f" {case.expected_error_status}"
                                   if getattr(case, "expected_error_status", None) else "")
     if code is None:
-        report.not_run.append(NotRun(case.case_id, case.op, f"negative case without a status "
-                                                            f"(expected {what})"))
+        report.not_run.append(NotRun(case.case_id, case.op, source.not_run_reason(case.case_id)
+                                     or f"negative case without a status (expected {what})"))
         return True
     if code == expected:
         report.results.append(_status_row(case, "pass", f"rejected with {what} as expected"))
+        return True
+    if code == UNKNOWN_CODE:
+        report.results.append(_status_row(case, "pass", f"rejected, without an aclnn code to "
+                                                        f"check against {what}: {said}"))
         return True
     why_rejected = getattr(case, "expected_error_message", None) or ""
     if code == 0:
@@ -257,7 +388,8 @@ def _judge_case(case, source, opts: JudgeOptions, report: Report, has_status: bo
             lookups[name] = Problem("unreadable", f"{' '.join(str(exc).split())}")
     if lookups and not has_status and all(isinstance(v, Problem) and v.status == "missing"
                                           for v in lookups.values()):
-        report.not_run.append(NotRun(case.case_id, case.op, "no output and no status"))
+        report.not_run.append(NotRun(case.case_id, case.op, source.not_run_reason(case.case_id)
+                                     or "no output and no status"))
         return
     elem_S = {}
     if opts.standard == "default" and opts.rtol is None and opts.atol is None:

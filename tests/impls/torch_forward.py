@@ -47,6 +47,24 @@ def rotate_interleaved(x):
     return torch.stack((-x2, x1), dim=-1).flatten(-2)
 
 
+def layer_norm(x, weight, bias, eps):
+    """LayerNorm over D with its statistics in float64, returned (and used) as float32, as the
+    device forward stores them: ``(out, mean, rstd)``, mean and rstd of shape (B, S, N, 1).
+    float64 keeps the variance of large inputs finite; using the float32 statistics in ``xhat``
+    makes the backward autograd derives the one at the statistics the forward returns."""
+    x64 = x.double()
+    mean = x64.mean(-1, keepdim=True)
+    rstd = ((x64 - mean) ** 2).mean(-1, keepdim=True).add(eps).rsqrt()
+    # the float32 values, with the float64 gradient (a float32 cast in the graph would
+    # overflow the gradient of rstd for inputs near the float32 maximum)
+    mean_r = mean + (mean.float().double() - mean).detach()
+    rstd_r = rstd + (rstd.float().double() - rstd).detach()
+    out = (x64 - mean_r) * rstd_r
+    if weight is not None:
+        out = out * weight.double() + bias.double()
+    return out.to(x.dtype), mean_r.detach().float(), rstd_r.detach().float()
+
+
 class TorchForwards:
     """The forwards, correct or with one deliberate ``bug``."""
 
@@ -109,10 +127,9 @@ class TorchForwards:
             x = _work(x)
             if kind == 0:
                 return x
-            weight = _work(w) if kind == 2 else None
-            bias = _work(b) if kind == 2 else None
-            out, mean, rstd = torch.native_layer_norm(x, (D,), weight, bias, eps)
-            stats.extend((mean.float(), rstd.float()))          # (B, S, N, 1), float32
+            out, mean, rstd = layer_norm(x, w if kind == 2 else None, b if kind == 2 else None,
+                                         eps)
+            stats.extend((mean, rstd))
             return out
 
         def concat(a, b):
