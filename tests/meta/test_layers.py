@@ -23,7 +23,8 @@ LAYERS = {"spec": {"spec"}, "ops": {"spec", "ops"}, "goldens": {"spec", "ops", "
           "cli": {"spec", "ops", "goldens", "comparator", "cli"}}
 #: modules at the package's top: what they may import
 TOP = {"refspec": {"spec"}, "refspec._version": set(), "refspec.__main__": {"cli"},
-       "refspec.testing": {"spec", "ops", "goldens", "comparator"}}
+       "refspec.testing": {"spec", "ops", "goldens", "comparator"},
+       "refspec.pytest_plugin": {"spec", "ops", "goldens", "comparator"}}
 
 
 def modules() -> list[str]:

@@ -1,0 +1,206 @@
+"""``refspec run`` and the pytest plugin against real implementations written in the tests
+(tests/impls/): a PyTorch forward in the common formulation judged through autograd, a NumPy
+float32 backward, and deliberately broken variants of both. Correct ones pass every case of the
+smoke sweep in every dtype; each broken one fails with a message naming an element (or, for the
+missing rejection, the status it should have returned)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import refspec
+from refspec.cli import main
+from refspec.comparator.implementation import (Implementation, ImplementationError, aclnn_code,
+                                               load_implementation)
+from refspec.spec.dtypes import bfloat16
+from refspec.spec.errors import TilingError
+
+IMPLS = Path(__file__).resolve().parent.parent / "impls"
+TORCH_FORWARD = str(IMPLS / "torch_forward.py")
+NUMPY_BACKWARD = str(IMPLS / "numpy_backward.py")
+#: "dx[b=1,n=2,s=0,d=5] = 2.3262 but should be -7.995575 (2.64e+03 ulp) [...]"
+ELEMENT = re.compile(r"^\s*\w+\[(\w=\d+,)*\w=\d+\] = \S+ but should be \S+ \(.*\) \[\w+ .*\]$", re.M)
+STATUS = re.compile(r"^\s*\(status\) = 0 but should be \d{6} \[", re.M)
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    path = tmp_path_factory.mktemp("run") / "smoke.h5"
+    result = CliRunner().invoke(main, ["generate", "-o", str(path)])
+    assert result.exit_code == 0, result.output
+    return path
+
+
+def run(*args):
+    result = CliRunner().invoke(main, ["run", *map(str, args)])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result
+
+
+def dtypes_judged(report_json: Path, op_prefix: str) -> set:
+    doc = json.loads(report_json.read_text())
+    return {r["dtype"] for r in doc["results"] if r["case_id"].startswith(op_prefix)
+            and r["output"] != "(status)"}
+
+
+def test_torch_forwards_through_autograd_pass_every_case_in_every_dtype(smoke, tmp_path):
+    res = run(smoke, "--impl", TORCH_FORWARD, "--framework", "torch", "--autograd",
+              "--json", tmp_path / "r.json")
+    assert res.exit_code == 0, res.output[-3000:]
+    last = res.output.strip().splitlines()[-1]
+    assert last.startswith("PASS: ") and " 0 failed" in last
+    for op in ("rope_grad/", "nrc_grad/", "rope/", "nrc/"):
+        assert dtypes_judged(tmp_path / "r.json", op) >= {"float16", "bfloat16", "float32"}, op
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["timings"]["median_of_calls"], "the runner times every case"
+    assert all(t > 0 for t in doc["timings"]["median_of_calls"].values())
+    # the backward's own negative cases are not run through the forward, and say why
+    assert {n["reason"].split(":")[0] for n in doc["not_run"]} == {
+        "a negative case of rotary_position_embedding_grad",
+        "a negative case of norm_rope_concat_backward"}
+
+
+@pytest.mark.parametrize("bug", ["SWAPPED_HALVES", "WRONG_SIN_PARTNER", "LOST_MINUS"])
+def test_broken_torch_forwards_fail_naming_an_element(smoke, bug):
+    res = run(smoke, "--impl", f"{TORCH_FORWARD}:{bug}", "--framework", "torch", "--autograd",
+              "--failures-only")
+    assert res.exit_code == 1
+    assert ELEMENT.search(res.output), res.output[-2000:]
+    # the backward cases fail too: autograd carries the forward's bug into the gradients
+    assert re.search(r"^FAIL .*rope_grad/", res.output, re.M)
+
+
+def test_a_missing_rejection_fails_the_negative_cases(smoke):
+    res = run(smoke, "--impl", f"{TORCH_FORWARD}:MISSING_REJECTION", "--framework", "torch",
+              "--autograd", "--failures-only")
+    assert res.exit_code == 1
+    assert STATUS.search(res.output), res.output[-2000:]
+    assert not ELEMENT.search(res.output)        # the numbers themselves are right
+
+
+def test_numpy_backwards_pass_and_their_broken_variants_fail(smoke, tmp_path):
+    res = run(smoke, "--impl", NUMPY_BACKWARD, "--json", tmp_path / "r.json")
+    assert res.exit_code == 0, res.output[-3000:]
+    assert dtypes_judged(tmp_path / "r.json", "rope_grad/") >= {"float16", "bfloat16", "float32"}
+    for bug in ("SWAPPED_HALVES", "WRONG_SIN_PARTNER", "LOST_MINUS", "DCOS_WRONG_AXES"):
+        res = run(smoke, "--impl", f"{NUMPY_BACKWARD}:{bug}", "--failures-only")
+        assert res.exit_code == 1 and ELEMENT.search(res.output), (bug, res.output[-2000:])
+    res = run(smoke, "--impl", f"{NUMPY_BACKWARD}:DCOS_WRONG_AXES", "--failures-only")
+    assert re.search(r"^\s*dcos\[", res.output, re.M)         # the reduction is what is wrong
+    res = run(smoke, "--impl", f"{NUMPY_BACKWARD}:MISSING_REJECTION", "--failures-only")
+    assert res.exit_code == 1 and STATUS.search(res.output)
+
+
+def test_functions_the_module_lacks_leave_their_cases_not_run(smoke):
+    res = run(smoke, "--impl", NUMPY_BACKWARD, "--op", "rope", "--op", "rope_grad")
+    assert res.exit_code == 0
+    assert re.search(r"^NOT RUN +21 x rotary_position_embedding: \S+numpy_backward.py has no "
+                     r"rotary_position_embedding", res.output, re.M), res.output[-1500:]
+    assert run(smoke, "--impl", NUMPY_BACKWARD, "--op", "rope", "--require-all").exit_code == 1
+
+
+def test_usage_errors_are_one_line(smoke, tmp_path):
+    for args, needle in (
+            (["--impl", "no_such_module_xyz"], "no module named 'no_such_module_xyz'"),
+            (["--impl", str(tmp_path / "missing.py")], "no such file"),
+            (["--impl", f"{NUMPY_BACKWARD}:NOPE"], "has no attribute 'NOPE'"),
+            (["--impl", NUMPY_BACKWARD, "--autograd"], "--autograd needs --framework torch"),
+            (["--impl", NUMPY_BACKWARD, "--device", "cuda"], "--device cuda needs --framework torch"),
+            (["--impl", TORCH_FORWARD, "--framework", "torch", "--device", "nonsense"],
+             "device 'nonsense' cannot be used by torch")):
+        res = run(smoke, *args)
+        assert res.exit_code == 2, (args, res.output)
+        assert res.stderr.count("\n") == 1 and needle in res.stderr, (args, res.stderr)
+
+
+def test_jobs_and_a_dask_cluster_give_the_serial_report(smoke):
+    distributed = pytest.importorskip("distributed")
+    impl = Implementation(f"{NUMPY_BACKWARD}:LOST_MINUS", repeat=0)
+
+    def content(report):
+        doc = report.to_dict()
+        doc["summary"].pop("elapsed_seconds")
+        return doc
+    serial = content(refspec.compare(smoke, impl))
+    assert serial["summary"]["fail"] > 0
+    assert content(refspec.compare(smoke, impl, jobs=2)) == serial
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        assert content(refspec.compare(smoke, impl, scheduler=cluster.scheduler_address)) == serial
+
+
+def test_the_pytest_plugin_makes_one_item_per_case(smoke, tmp_path):
+    def pytest_run(*args):
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               "--rootdir", str(tmp_path), "--refspec-golden", str(smoke), *args],
+                              capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    good = pytest_run("--refspec-impl", TORCH_FORWARD, "--refspec-framework", "torch",
+                      "--refspec-autograd")
+    assert good.returncode == 0, good.stdout[-3000:]
+    assert re.search(r"^157 passed, 37 skipped", good.stdout.splitlines()[-1])
+    bad = pytest_run("--refspec-impl", f"{TORCH_FORWARD}:LOST_MINUS", "--refspec-framework",
+                     "torch", "--refspec-autograd", "--refspec-op", "rope_grad",
+                     "--refspec-case", "*/dtype=float16/*", "-k", "BNSD")
+    assert bad.returncode == 1
+    failed = re.findall(r"^FAILED \S*smoke\.h5::(\S+)", bad.stdout, re.M)
+    assert failed and all(f.startswith("rope_grad/") and "/dtype=float16/" in f and "BNSD" in f
+                          for f in failed), bad.stdout[-3000:]
+    assert ELEMENT.search(bad.stdout), bad.stdout[-3000:]
+    usage = pytest_run()
+    assert usage.returncode == 4 and "--refspec-golden needs --refspec-impl" in usage.stderr
+
+
+def test_aclnn_codes_are_read_from_exceptions():
+    assert aclnn_code(TilingError("x")) == 561002
+    assert aclnn_code(RuntimeError("aclnnRotaryPositionEmbeddingGrad failed, error code 161002")) == 161002
+    assert aclnn_code(ValueError("shape mismatch")) == refspec.comparator.run.UNKNOWN_CODE
+
+
+def test_torch_tensors_carry_the_stored_bits(rng):
+    from refspec.comparator.frameworks import TorchFramework
+    fw = TorchFramework("cpu")
+    for dtype in (np.float16, bfloat16, np.float32, np.float64):
+        bits = rng.integers(0, 2 ** 16, 64, dtype=np.uint16)
+        a = (bits.view(np.float16) if dtype == np.float16 else bits.view(bfloat16)
+             if dtype == bfloat16 else rng.standard_normal(64).astype(dtype))
+        t = fw.tensor(a)
+        assert t.dtype == {np.float16: torch.float16, bfloat16: torch.bfloat16,
+                           np.float32: torch.float32, np.float64: torch.float64}[dtype]
+        back = fw.array(t)
+        assert back.dtype == a.dtype and back.tobytes() == a.tobytes()
+
+
+def test_nothing_imports_torch_unless_asked(smoke):
+    code = ("import sys, refspec; from refspec.comparator.implementation import Implementation; "
+            f"r = refspec.compare({str(smoke)!r}, Implementation({NUMPY_BACKWARD!r}, repeat=0), "
+            "operators=['rope_grad']); print(r.passed, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == ["True", "False"], out.stderr
+
+
+def test_load_implementation_takes_modules_files_and_objects(tmp_path, monkeypatch):
+    (tmp_path / "mykernels.py").write_text("def rotary_position_embedding(x, cos, sin, mode=0):\n"
+                                           "    return x\nclass K:\n    pass\nOBJ = K()\n")
+    monkeypatch.chdir(tmp_path)
+    assert load_implementation("mykernels").rotary_position_embedding
+    assert load_implementation(str(tmp_path / "mykernels.py")).OBJ is not None
+    assert type(load_implementation("mykernels:OBJ")).__name__ == "K"
+    with pytest.raises(ImplementationError, match="no module named"):
+        load_implementation("mykernels_nope")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_torch_forwards_on_cuda(smoke):
+    res = run(smoke, "--impl", TORCH_FORWARD, "--framework", "torch", "--device", "cuda",
+              "--autograd", "--op", "rope_grad")
+    assert res.exit_code == 0, res.output[-2000:]
