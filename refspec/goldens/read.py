@@ -31,10 +31,11 @@ class LazyArray:
     """
 
     def __init__(self, ds, name: str | None = None, described: dict | None = None):
-        """``ds``: the h5py Dataset, or a function that opens it when data are first read;
-        ``described``: the dataset's attributes and shape from the file's index (then no
-        attribute is read from HDF5)."""
+        """``ds``: the h5py Dataset, or a function that opens it (returning its low-level
+        ``h5py.h5d.DatasetID``) when data are first read; ``described``: the dataset's
+        attributes and shape from the file's index (then no attribute is read from HDF5)."""
         self._ds = ds if isinstance(ds, h5py.Dataset) else None
+        self._id = None if self._ds is None else self._ds.id
         self._open = None if self._ds is not None else ds
         if described is None:
             ds = self._dataset
@@ -51,9 +52,16 @@ class LazyArray:
             self.shape = tuple(described["shape"])
 
     @property
+    def _dsid(self) -> h5py.h5d.DatasetID:
+        """The low-level dataset (opened on first use; cheaper than an h5py Dataset)."""
+        if self._id is None:
+            self._id = self._open()
+        return self._id
+
+    @property
     def _dataset(self) -> h5py.Dataset:
         if self._ds is None:
-            self._ds = self._open()
+            self._ds = h5py.Dataset(self._dsid)
         return self._ds
 
     @property
@@ -84,7 +92,7 @@ class LazyArray:
     @property
     def stored_nbytes(self) -> int:
         """Bytes the dataset occupies in the file (after compression)."""
-        return int(self._dataset.id.get_storage_size())
+        return int(self._dsid.get_storage_size())
 
     @property
     def attrs(self) -> dict:
@@ -96,7 +104,7 @@ class LazyArray:
     @property
     def file_path(self) -> str:
         """The file the dataset is stored in."""
-        return h5py.h5f.get_name(self._dataset.id).decode("utf-8", "surrogateescape")
+        return h5py.h5f.get_name(self._dsid).decode("utf-8", "surrogateescape")
 
     def raw_extents(self):
         """Where the dataset's elements lie in its file when they are stored raw, or None.
@@ -108,9 +116,8 @@ class LazyArray:
         unallocated chunks (fill values), chunks that are not runs of whole trailing axes,
         big-endian storage, a user block, or an HDF5 library that cannot tell.
         """
-        ds = self._dataset
         try:
-            return _raw_extents(ds)
+            return _raw_extents(self._dsid, self.shape)
         except Exception:  # an HDF5 build without the chunk queries, and the like
             return None
 
@@ -161,21 +168,21 @@ class LazyArray:
         return f"<LazyArray {self.name} shape={self.shape} dtype={self.dtype.name}>"
 
 
-def _raw_extents(ds: h5py.Dataset):
-    dsid = ds.id                          # the low-level calls: h5py's properties cost ~40 us each
-    dtype = dsid.dtype
-    if dtype.kind not in "fiu" or dtype.byteorder == ">":
-        return None
-    shape = tuple(dsid.shape)
+def _raw_extents(dsid: h5py.h5d.DatasetID, shape: tuple):
+    # the low-level calls only: each of h5py's properties costs 10-40 us, per dataset
     n = prod(shape)
     if n == 0:
+        return None
+    htype = dsid.get_type()
+    if htype.get_class() not in (h5py.h5t.FLOAT, h5py.h5t.INTEGER) or (
+            htype.get_size() > 1 and htype.get_order() != h5py.h5t.ORDER_LE):
         return None
     off = dsid.get_offset()
     if off is not None:
         # contiguous and allocated (HDF5 filters only chunked data); the offset counts from the
         # start of the file, a user block included
         return [(0, n, int(off))]
-    itemsize = dtype.itemsize
+    itemsize = htype.get_size()
     if h5py.h5i.get_file_id(dsid).get_create_plist().get_userblock():
         return None                       # chunk addresses count from the end of a user block
     dcpl = dsid.get_create_plist()
@@ -200,12 +207,12 @@ def _raw_extents(ds: h5py.Dataset):
         count = min(chunks[ax], shape[ax] - int(offset[ax])) * tail
         found.append((start, count, int(addr)))
 
-    if hasattr(ds.id, "chunk_iter"):
-        ds.id.chunk_iter(lambda info: one(info.chunk_offset, info.filter_mask, info.byte_offset,
-                                          info.size))
+    if hasattr(dsid, "chunk_iter"):
+        dsid.chunk_iter(lambda info: one(info.chunk_offset, info.filter_mask, info.byte_offset,
+                                         info.size))
     else:
-        for i in range(ds.id.get_num_chunks()):
-            info = ds.id.get_chunk_info(i)
+        for i in range(dsid.get_num_chunks()):
+            info = dsid.get_chunk_info(i)
             one(info.chunk_offset, info.filter_mask, info.byte_offset, info.size)
     found.sort()
     pos = 0
@@ -316,7 +323,7 @@ class GoldenCase:
 
     def _opener(self, sub: str):
         def open_dataset(name):
-            return h5py.Dataset(h5py.h5d.open(self.group.id, f"{sub}/{name}".encode("utf-8")))
+            return h5py.h5d.open(self.group.id, f"{sub}/{name}".encode("utf-8"))
         return open_dataset
 
     @property

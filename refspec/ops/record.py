@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
@@ -170,17 +171,20 @@ class Operator:
     def output_names(self) -> tuple[str, ...]:
         return tuple(o.name for o in self.outputs)
 
+    @cached_property
     def _table(self) -> dict:
+        """spec name -> aclnn name of every tensor (made once per record)."""
         return {**{t.name: t.aclnn for t in self.inputs}, **{o.name: o.aclnn for o in self.outputs}}
 
     def aclnn_name(self, name: str) -> str:
         """The aclnn (vendor file) name of a tensor; unknown names are camel-cased."""
-        return self._table().get(name, camel_case(name))
+        table = self._table
+        return table[name] if name in table else camel_case(name)
 
     def python_name(self, name: str) -> str:
         """The spec's name of an aclnn (vendor file) name; spec names are returned unchanged."""
         name = self.file_aliases.get(name, name)
-        table = self._table()
+        table = self._table
         if name in table:
             return name
         for py, acl in table.items():
