@@ -25,7 +25,7 @@ from refspec.spec.errors import TilingError
 
 IMPLS = Path(__file__).resolve().parent.parent / "impls"
 TORCH_FORWARD = str(IMPLS / "torch_forward.py")
-NUMPY_BACKWARD = str(IMPLS / "numpy_backward.py")
+NUMPY_FLOAT32 = str(IMPLS / "numpy_float32.py")
 #: "dx[b=1,n=2,s=0,d=5] = 2.3262 but should be -7.995575 (2.64e+03 ulp) [...]"
 ELEMENT = re.compile(r"^\s*\w+\[(\w=\d+,)*\w=\d+\] = \S+ but should be \S+ \(.*\) \[\w+ .*\]$", re.M)
 STATUS = re.compile(r"^\s*\(status\) = 0 but should be \d{6} \[", re.M)
@@ -89,33 +89,33 @@ def test_a_missing_rejection_fails_the_negative_cases(smoke):
 
 
 def test_numpy_backwards_pass_and_their_broken_variants_fail(smoke, tmp_path):
-    res = run(smoke, "--impl", NUMPY_BACKWARD, "--json", tmp_path / "r.json")
+    res = run(smoke, "--impl", NUMPY_FLOAT32, "--json", tmp_path / "r.json")
     assert res.exit_code == 0, res.output[-3000:]
     assert dtypes_judged(tmp_path / "r.json", "rope_grad/") >= {"float16", "bfloat16", "float32"}
     for bug in ("SWAPPED_HALVES", "WRONG_SIN_PARTNER", "LOST_MINUS", "DCOS_WRONG_AXES"):
-        res = run(smoke, "--impl", f"{NUMPY_BACKWARD}:{bug}", "--failures-only")
+        res = run(smoke, "--impl", f"{NUMPY_FLOAT32}:{bug}", "--failures-only")
         assert res.exit_code == 1 and ELEMENT.search(res.output), (bug, res.output[-2000:])
-    res = run(smoke, "--impl", f"{NUMPY_BACKWARD}:DCOS_WRONG_AXES", "--failures-only")
+    res = run(smoke, "--impl", f"{NUMPY_FLOAT32}:DCOS_WRONG_AXES", "--failures-only")
     assert re.search(r"^\s*dcos\[", res.output, re.M)         # the reduction is what is wrong
-    res = run(smoke, "--impl", f"{NUMPY_BACKWARD}:MISSING_REJECTION", "--failures-only")
+    res = run(smoke, "--impl", f"{NUMPY_FLOAT32}:MISSING_REJECTION", "--failures-only")
     assert res.exit_code == 1 and STATUS.search(res.output)
 
 
 def test_functions_the_module_lacks_leave_their_cases_not_run(smoke):
-    res = run(smoke, "--impl", NUMPY_BACKWARD, "--op", "rope", "--op", "rope_grad")
+    res = run(smoke, "--impl", NUMPY_FLOAT32, "--op", "rope", "--op", "rope_grad")
     assert res.exit_code == 0
-    assert re.search(r"^NOT RUN +21 x rotary_position_embedding: \S+numpy_backward.py has no "
+    assert re.search(r"^NOT RUN +21 x rotary_position_embedding: \S+numpy_float32.py has no "
                      r"rotary_position_embedding", res.output, re.M), res.output[-1500:]
-    assert run(smoke, "--impl", NUMPY_BACKWARD, "--op", "rope", "--require-all").exit_code == 1
+    assert run(smoke, "--impl", NUMPY_FLOAT32, "--op", "rope", "--require-all").exit_code == 1
 
 
 def test_usage_errors_are_one_line(smoke, tmp_path):
     for args, needle in (
             (["--impl", "no_such_module_xyz"], "no module named 'no_such_module_xyz'"),
             (["--impl", str(tmp_path / "missing.py")], "no such file"),
-            (["--impl", f"{NUMPY_BACKWARD}:NOPE"], "has no attribute 'NOPE'"),
-            (["--impl", NUMPY_BACKWARD, "--autograd"], "--autograd needs --framework torch"),
-            (["--impl", NUMPY_BACKWARD, "--device", "cuda"], "--device cuda needs --framework torch"),
+            (["--impl", f"{NUMPY_FLOAT32}:NOPE"], "has no attribute 'NOPE'"),
+            (["--impl", NUMPY_FLOAT32, "--autograd"], "--autograd needs --framework torch"),
+            (["--impl", NUMPY_FLOAT32, "--device", "cuda"], "--device cuda needs --framework torch"),
             (["--impl", TORCH_FORWARD, "--framework", "torch", "--device", "nonsense"],
              "device 'nonsense' cannot be used by torch")):
         res = run(smoke, *args)
@@ -125,7 +125,7 @@ def test_usage_errors_are_one_line(smoke, tmp_path):
 
 def test_jobs_and_a_dask_cluster_give_the_serial_report(smoke):
     distributed = pytest.importorskip("distributed")
-    impl = Implementation(f"{NUMPY_BACKWARD}:LOST_MINUS", repeat=0)
+    impl = Implementation(f"{NUMPY_FLOAT32}:LOST_MINUS", repeat=0)
 
     def content(report):
         doc = report.to_dict()
@@ -182,7 +182,7 @@ def test_torch_tensors_carry_the_stored_bits(rng):
 
 def test_nothing_imports_torch_unless_asked(smoke):
     code = ("import sys, refspec; from refspec.comparator.implementation import Implementation; "
-            f"r = refspec.compare({str(smoke)!r}, Implementation({NUMPY_BACKWARD!r}, repeat=0), "
+            f"r = refspec.compare({str(smoke)!r}, Implementation({NUMPY_FLOAT32!r}, repeat=0), "
             "operators=['rope_grad']); print(r.passed, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.stdout.split() == ["True", "False"], out.stderr

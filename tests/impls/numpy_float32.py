@@ -1,11 +1,12 @@
-"""A NumPy float32 implementation of the two backward operators under the spec's names and
-signatures, for ``refspec run --framework numpy``: the device-like implementations of
+"""A NumPy float32 implementation of the four operators under the spec's names and signatures,
+for ``refspec run --framework numpy``: the device-like implementations of
 ``tests/implementations.py`` (float32 arithmetic in another order than the spec's, one rounding)
 behind the profile's argument checks (the operator records' own, standing in for the aclnn
 front end).
 
-``--impl tests/impls/numpy_backward.py`` uses the correct functions; ``...numpy_backward.py:NAME``
-a deliberately broken variant (``BROKEN``).
+``--impl tests/impls/numpy_float32.py`` gives the two backward functions (the module has no
+forward: its forward cases are not run); ``...numpy_float32.py:EVERY`` all four;
+``...numpy_float32.py:NAME`` a deliberately broken variant of all four (``BROKEN``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import implementations  # noqa: E402  (tests/implementations.py)
 from refspec import ops  # noqa: E402
 
 
-class NumpyBackwards:
+class NumpyFloat32:
     def __init__(self, bug: str | None = None):
         self.bug = bug
 
@@ -42,15 +43,24 @@ class NumpyBackwards:
                      concat_order=concat_order)
         return self._checked("nrc_grad", tensors, attrs, soc)
 
+    def rotary_position_embedding(self, x, cos, sin, mode=0, *, soc=None):
+        return self._checked("rope", {"x": x, "cos": cos, "sin": sin}, {"mode": mode}, soc)["y"]
 
-CORRECT = NumpyBackwards()
-rotary_position_embedding_grad = CORRECT.rotary_position_embedding_grad
-norm_rope_concat_backward = CORRECT.norm_rope_concat_backward
+    def norm_rope_concat(self, *, soc=None, norm_type=0, norm_added_type=0, rope_type=0,
+                         concat_order=0, eps=1e-5, is_training=False, **tensors):
+        attrs = dict(norm_type=norm_type, norm_added_type=norm_added_type, rope_type=rope_type,
+                     concat_order=concat_order, eps=eps, is_training=is_training)
+        return self._checked("nrc", tensors, attrs, soc)
+
+
+EVERY = NumpyFloat32()
+rotary_position_embedding_grad = EVERY.rotary_position_embedding_grad
+norm_rope_concat_backward = EVERY.norm_rope_concat_backward
 
 BROKEN = ("swapped_halves", "wrong_sin_partner", "lost_minus", "dcos_wrong_axes",
           "missing_rejection")
-SWAPPED_HALVES = NumpyBackwards("swapped_halves")
-WRONG_SIN_PARTNER = NumpyBackwards("wrong_sin_partner")
-LOST_MINUS = NumpyBackwards("lost_minus")
-DCOS_WRONG_AXES = NumpyBackwards("dcos_wrong_axes")
-MISSING_REJECTION = NumpyBackwards("missing_rejection")
+SWAPPED_HALVES = NumpyFloat32("swapped_halves")
+WRONG_SIN_PARTNER = NumpyFloat32("wrong_sin_partner")
+LOST_MINUS = NumpyFloat32("lost_minus")
+DCOS_WRONG_AXES = NumpyFloat32("dcos_wrong_axes")
+MISSING_REJECTION = NumpyFloat32("missing_rejection")
