@@ -62,66 +62,40 @@ def one_ulp(bits: np.ndarray, away) -> np.ndarray:
 
 
 def write_pair(d: str, n_log2: float, dtype: str = "float32") -> tuple[str, int]:
+    """A golden file with one RotaryPositionEmbedding output of about 2^n_log2 elements (random
+    exact values, rounded to ``dtype``), written by refspec's GoldenWriter, and two actual
+    directories: ``sparse`` (1 element in 997 one ulp away) and ``dense`` (every element)."""
     import refspec
     import refspec.goldens as goldens
-    from refspec._version import __version__
-    from refspec.goldens.format import chunk_shape, compression_filters, encode_array
-    from refspec.goldens.write import append_index, create_golden_file, require_case_parent
     from refspec.spec.dtypes import resolve_dtype
+    from refspec.spec.terms import ELEMENTWISE, OutputTerms
 
     B, N, D = 8, 32, 128
     S = max(1, int(round(2 ** n_log2 / (B * N * D))))
     shape = (B, N, S, D)
     n = B * N * S * D
     path = os.path.join(d, "golden.h5")
-    f = create_golden_file(path, {"schema_version": 1, "refspec_version": __version__,
-                                  "sweep_name": "bench", "sweep_definition": "", "sweep_seed": 0,
-                                  "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-    filters = compression_filters(goldens.DEFAULT_COMPRESSION)
     cid = case_id(dtype)
     dt = np.dtype(resolve_dtype(dtype))
-    with f:
-        parent = require_case_parent(f, cid)
-        g = parent.create_group(cid.rsplit("/", 1)[1])
-        params = {"op": "rope", "mode": 0, "layout": "BNSD", "cos_pattern": "11SD",
-                  "dtype": dtype, "B": B, "N": N, "S": S, "D": D}
-        for k, v in dict(case_id=cid, op="rotary_position_embedding", params=json.dumps(params),
-                         seed=0, soc="", distribution="random", expected_error_code=0,
-                         regenerate="benchmarks/bench_compare.py").items():
-            g.attrs[k] = v
-        g.create_group("inputs")
-        stored_dt, enc = encode_array(np.zeros(1, dt))
-        exp = g.create_group("expected").create_dataset(
-            "y", shape, stored_dt.dtype, chunks=chunk_shape(shape, dt.itemsize), **filters)
-        exp.attrs.update(**enc, comparison_class="elementwise", reduced_terms=-1, axes="BNSD")
-        ex = g.create_group("exact").create_dataset(
-            "y", shape, np.float64, chunks=chunk_shape(shape, 8), **filters)
-        ex.attrs["dtype"] = "float64"
-        rng = np.random.default_rng(1)
-        files = {}
-        for kind in ("sparse", "dense"):
-            out_dir = os.path.join(d, kind, *cid.split("/"))
-            os.makedirs(out_dir)
-            files[kind] = open(os.path.join(out_dir, "y.bin"), "wb")
-        step = max(1, (1 << 22) // (S * D))
-        try:
-            for b in range(B):
-                for n0 in range(0, N, step):
-                    n1 = min(N, n0 + step)
-                    exact = rng.standard_normal((1, n1 - n0, S, D))
-                    rounded = refspec.round_to(exact, dt)
-                    ex[b:b + 1, n0:n1] = exact
-                    exp[b:b + 1, n0:n1] = encode_array(rounded)[0]
-                    flat = np.ascontiguousarray(rounded).reshape(-1).view(f"u{dt.itemsize}")
-                    up = rng.integers(0, 2, flat.size).astype(bool)
-                    files["dense"].write(memoryview(one_ulp(flat, up)).cast("B"))
-                    flat[::997] = one_ulp(flat[::997], True)
-                    files["sparse"].write(memoryview(flat).cast("B"))
-        finally:
-            for fh in files.values():
-                fh.close()
-        append_index(f, cid)
-        f.attrs["complete"] = True
+    rng = np.random.default_rng(1)
+    exact = rng.standard_normal(shape)
+    rounded = refspec.round_to(exact, dt)
+    params = {"op": "rope", "mode": 0, "layout": "BNSD", "cos_pattern": "11SD",
+              "dtype": dtype, "B": B, "N": N, "S": S, "D": D}
+    with goldens.GoldenWriter(path, sweep_name="bench", sweep_definition="", sweep_seed=0) as w:
+        w.write_case(cid, op="rotary_position_embedding", params=params, seed=0, soc=None,
+                     distribution="random", inputs={}, expected={"y": rounded},
+                     exact={"y": exact}, terms={"y": OutputTerms(ELEMENTWISE)},
+                     axes={"y": "BNSD"}, regenerate="benchmarks/bench_compare.py")
+    del exact
+    flat = np.ascontiguousarray(rounded).reshape(-1).view(f"u{dt.itemsize}")
+    up = rng.integers(0, 2, flat.size).astype(bool)
+    for kind, bits in (("dense", one_ulp(flat, up)), ("sparse", flat)):
+        if kind == "sparse":
+            bits[::997] = one_ulp(bits[::997], True)
+        out_dir = os.path.join(d, kind, *cid.split("/"))
+        os.makedirs(out_dir)
+        bits.tofile(os.path.join(out_dir, "y.bin"))
     return path, n
 
 

@@ -1,7 +1,7 @@
 """Golden sets at scale: the standard sweep with --jobs 1 and --jobs 2, show, export and pack,
 each measured against its peers in the same run (whole commands, fresh processes).
 
-    python benchmarks/bench_store.py                      # everything (about 4 minutes)
+    python benchmarks/bench_store.py                      # everything (about 6 minutes)
     python benchmarks/bench_store.py --golden FILE.h5     # show/export/pack of an existing file
     python benchmarks/bench_store.py --tier quick         # a smaller sweep: checks that it runs
 
@@ -15,6 +15,10 @@ each measured against its peers in the same run (whole commands, fresh processes
     copying the golden file's bytes once (`shutil.copyfile`, the sequential I/O floor of this
     disk) and against `np.save` of the same arrays read through h5py (the plain way).
 (g) `refspec pack` of the --jobs 2 file into one self-contained file, against the --jobs 1 run.
+(h) `refspec compare FILE DIR --json --junit --html` of an exported directory whose kernel
+    outputs are the goldens themselves (each `golden_<output>.bin` linked as `<output>.bin`, a
+    `status.json` with each case's expected code): every case and output judged, with --jobs 1
+    and --jobs 2, against reading every byte compared once (the golden file's and the outputs').
 
 Between steps the files written are flushed (`os.sync`) so that one step's writeback does not
 land in the next one's time. Directories are removed at the end, not between steps (removing
@@ -102,7 +106,7 @@ def numpy_export(path: str, out: str) -> tuple[float, int]:
         for k, case_id in enumerate(f["index"].asstr()[()]):
             group = f["cases/" + case_id]
             d = os.path.join(out, str(k))
-            os.makedirs(d)
+            os.makedirs(d, exist_ok=True)
             for sub in ("inputs", "expected"):
                 if sub in group:
                     for name, ds in group[sub].items():
@@ -111,6 +115,36 @@ def numpy_export(path: str, out: str) -> tuple[float, int]:
                         written += os.path.getsize(target)
     os.sync()
     return time.perf_counter() - t, written
+
+
+def golden_outputs_as_actuals(export_dir: str) -> list[str]:
+    """A kernel that returns the goldens: each case folder gets its outputs and status.json.
+    Returns the output files."""
+    outputs = []
+    for root, _, names in os.walk(export_dir):
+        if "case.json" not in names:
+            continue
+        with open(os.path.join(root, "case.json")) as fh:
+            case = json.load(fh)
+        for entry in case["files"]:
+            if entry["role"] == "golden":
+                target = os.path.join(root, entry["output_file"])
+                if not os.path.exists(target):
+                    os.link(os.path.join(root, entry["name"]), target)
+                outputs.append(target)
+        with open(os.path.join(root, "status.json"), "w") as fh:
+            json.dump({"code": case["expected_code"]}, fh)
+    return outputs
+
+
+def read_once(paths) -> float:
+    """Seconds to read these files' bytes once, in 16 MiB blocks."""
+    t = time.perf_counter()
+    for path in paths:
+        with open(path, "rb") as fh:
+            while fh.read(1 << 24):
+                pass
+    return time.perf_counter() - t
 
 
 def main(argv=None):
@@ -164,6 +198,19 @@ def main(argv=None):
             g["--jobs 2 + pack vs --jobs 1"] = d["--jobs 1 s"] / (d["--jobs 2 s"] + g["pack of the --jobs 2 file s"])
             g["packed vs --jobs 1 datasets"] = same_datasets(os.path.join(tmp, "packed.h5"), j1)
         results["(g) pack"] = g
+        actual = os.path.join(tmp, "export-j1")
+        outputs = golden_outputs_as_actuals(actual)
+        h = {"output files, MB": f"{len(outputs)}, {sum(map(os.path.getsize, outputs)) / 1e6:.0f}"}
+        for jobs in (1, 2):
+            reports = [f"--{kind}={os.path.join(tmp, f'report-j{jobs}.{kind}')}"
+                       for kind in ("json", "junit", "html")]
+            h[f"compare --jobs {jobs} s"], h[f"compare --jobs {jobs} verdict"] = run(
+                "compare", j1, actual, "--jobs", jobs, *reports)
+        h["compare speed-up"] = h["compare --jobs 1 s"] / h["compare --jobs 2 s"]
+        h["reading the golden file and the outputs once s"] = read_once([j1] + outputs)
+        h["compare --jobs 2 / reading once"] = (h["compare --jobs 2 s"]
+                                                / h["reading the golden file and the outputs once s"])
+        results["(h) compare"] = h
     finally:
         if not args.dir:
             shutil.rmtree(tmp, ignore_errors=True)

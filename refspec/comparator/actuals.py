@@ -176,12 +176,9 @@ def open_npy(path: str, golden_dtype: np.dtype, golden_shape, source: str):
         return Problem("unreadable", f"{path}: not a readable .npy file ({_one_line(exc)})", source)
     if stored.hasobject:
         return Problem("unreadable", f"{path}: holds Python objects (pickles are never loaded)", source)
-    why = decode_dtype(stored, golden_dtype)
-    if why:
-        return Problem("dtype_mismatch", f"{path}: {why}", source)
-    if tuple(shape) != tuple(golden_shape):
-        return Problem("shape_mismatch", f"{path}: shape {tuple(shape)} but the golden output has "
-                                         f"shape {tuple(golden_shape)}", source)
+    problem = _mismatch(source, stored, shape, golden_dtype, golden_shape, where=path)
+    if problem is not None:
+        return problem
     need = prod(shape) * stored.itemsize
     have = os.path.getsize(path) - offset
     if have < need:
@@ -233,13 +230,15 @@ def check_array(arr: np.ndarray, golden_dtype, golden_shape, source: str):
             or ArrayActual(source, arr, golden_dtype))
 
 
-def _mismatch(source, dtype, shape, golden_dtype, golden_shape):
-    """A dtype_mismatch or shape_mismatch Problem, or None when the array fits the golden."""
+def _mismatch(source, dtype, shape, golden_dtype, golden_shape, where=None):
+    """A dtype_mismatch or shape_mismatch Problem, or None when the array fits the golden;
+    the message starts with ``where`` (a file path), by default the source."""
+    where = source if where is None else where
     why = decode_dtype(dtype, golden_dtype)
     if why:
-        return Problem("dtype_mismatch", f"{source}: {why}", source)
+        return Problem("dtype_mismatch", f"{where}: {why}", source)
     if tuple(shape) != tuple(golden_shape):
-        return Problem("shape_mismatch", f"{source}: shape {tuple(shape)} but the golden output "
+        return Problem("shape_mismatch", f"{where}: shape {tuple(shape)} but the golden output "
                                          f"has shape {tuple(golden_shape)}", source)
     return None
 

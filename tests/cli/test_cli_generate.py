@@ -8,12 +8,11 @@ import subprocess
 import sys
 
 import pytest
-from click.testing import CliRunner
 
 import refspec.goldens as goldens
 from refspec.goldens.cases import probe
-from refspec.cli import main
 from refspec.goldens.sweep import load_sweep
+from cli_helpers import assert_user_error, invoke as run
 
 TINY = """
 name = "tiny"
@@ -27,21 +26,6 @@ layout = ["BNSD", "TND"]
 dtype = ["bfloat16", "float32"]
 shape = ["B2N3S4D8"]
 """
-
-
-def run(*args):
-    result = CliRunner().invoke(main, list(args))
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    return result
-
-
-def assert_user_error(result, *fragments):
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("refspec: error:"), result.stderr
-    assert "Traceback" not in result.output
-    for f in fragments:
-        assert f in lines[0], (f, lines[0])
 
 
 @pytest.fixture

@@ -7,25 +7,11 @@ import json
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 import refspec.goldens as goldens
-from refspec.cli import main
 
 from msprobe_helpers import ROPE_MAP, DumpWriter, nrc_call, nrc_map, rope_calls
-
-
-def run(*args, cwd=None):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def one_line_error(res, *fragments):
-    assert res.exit_code == 2, (res.output, res.stderr)
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("refspec: error:"), res.stderr
-    assert "Traceback" not in res.stderr + res.stdout
-    for frag in fragments:
-        assert frag in lines[0], lines[0]
+from cli_helpers import assert_user_error, invoke as run
 
 
 @pytest.fixture
@@ -77,7 +63,7 @@ def test_check_dump_makes_the_goldens_and_prints_the_report(dump, tmp_path):
     assert "    grad_value[b=0,s=" in res.stdout and "nrc_grad/msprobe/step0/rank0/NPU.npu_norm_rope_concat.0" in res.stdout
     with goldens.open(tmp_path / "kept.h5") as gf:
         assert len(gf) == 6
-    one_line_error(run("check-dump", bad, "--map", mapping, "-o", tmp_path / "kept.h5"),
+    assert_user_error(run("check-dump", bad, "--map", mapping, "-o", tmp_path / "kept.h5"),
                    "kept.h5: exists")
 
 
@@ -113,22 +99,22 @@ def test_golden_from_case_folders_and_vendor_ut_data(tmp_path):
 def test_usage_errors_are_one_line(dump, tmp_path):
     good, _, mapping = dump
     out = tmp_path / "o.h5"
-    one_line_error(run("golden", "-o", out), "give one source of inputs")
-    one_line_error(run("golden", tmp_path, "--msprobe", good, "--map", mapping, "-o", out),
+    assert_user_error(run("golden", "-o", out), "give one source of inputs")
+    assert_user_error(run("golden", tmp_path, "--msprobe", good, "--map", mapping, "-o", out),
                    "got DIR and --msprobe")
-    one_line_error(run("golden", "--msprobe", good, "-o", out), "go together")
-    one_line_error(run("golden", "--vendor-ut", tmp_path, "-o", out), "needs --ut-args")
-    one_line_error(run("golden", good, "--soc", "A2", "-o", out), "--soc applies to --vendor-ut")
-    one_line_error(run("golden", good, "-o", out), str(good), "no case.json")
+    assert_user_error(run("golden", "--msprobe", good, "-o", out), "go together")
+    assert_user_error(run("golden", "--vendor-ut", tmp_path, "-o", out), "needs --ut-args")
+    assert_user_error(run("golden", good, "--soc", "A2", "-o", out), "--soc applies to --vendor-ut")
+    assert_user_error(run("golden", good, "-o", out), str(good), "no case.json")
     (tmp_path / "bad.toml").write_text('[[api]]\nname = "npu_rope"\noperator = "rope_grad"\n'
                                        'soc = "A2"\ninputs = { dy = "backward.input.0" }\n')
-    one_line_error(run("golden", "--msprobe", good, "--map", tmp_path / "bad.toml", "-o", out),
+    assert_user_error(run("golden", "--msprobe", good, "--map", tmp_path / "bad.toml", "-o", out),
                    "no API 'npu_rope' in the dump")
-    one_line_error(run("check-dump", good, "--map", tmp_path / "bad.toml"), "no API 'npu_rope'")
-    one_line_error(run("compare", tmp_path / "g.h5"), "missing ACTUAL")
+    assert_user_error(run("check-dump", good, "--map", tmp_path / "bad.toml"), "no API 'npu_rope'")
+    assert_user_error(run("compare", tmp_path / "g.h5"), "missing ACTUAL")
     run("golden", "--msprobe", good, "--map", mapping, "-o", tmp_path / "g.h5")
-    one_line_error(run("compare", tmp_path / "g.h5", good, "--msprobe", good), "not both")
-    one_line_error(run("golden", "--msprobe", good, "--map", mapping, "-o", tmp_path / "g.h5"),
+    assert_user_error(run("compare", tmp_path / "g.h5", good, "--msprobe", good), "not both")
+    assert_user_error(run("golden", "--msprobe", good, "--map", mapping, "-o", tmp_path / "g.h5"),
                    "g.h5: exists")
     assert run("golden", "--msprobe", good, "--map", mapping, "-o", tmp_path / "g.h5",
                "--force").exit_code == 0

@@ -7,12 +7,11 @@ import sys
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 import refspec
 import refspec.goldens as goldens
-from refspec.cli import main
 from refspec.goldens.example import nrc_backward_case, rope_grad_case
+from cli_helpers import assert_user_error, invoke as run
 
 SWEEP = dict(sweep_name="cli", sweep_definition='name = "cli"\nseed = 9\n', sweep_seed=9)
 RG = "rope_grad/mode=half/dtype=bfloat16/B2N4S16D32"
@@ -32,19 +31,6 @@ def golden(tmp_path_factory):
                      expected_error=refspec.TilingError("mode: 2 has no kernel on A2"),
                      regenerate="refspec generate --sweep cli --case " + NEG)
     return str(path)
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def one_line_error(res, *fragments):
-    assert res.exit_code == 2, (res.output, res.stderr)
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("refspec: error:"), res.stderr
-    assert "Traceback" not in res.stderr + res.stdout
-    for frag in fragments:
-        assert frag in lines[0]
 
 
 def test_show_file_summary(golden):
@@ -95,28 +81,28 @@ def test_export_and_merge_commands(golden, tmp_path):
     d = tmp_path / "out" / RG
     assert (d / "golden_dx.npy").exists() and (d / "case.json").exists()
     assert np.load(d / "dy.npy", allow_pickle=False).dtype == np.uint16
-    one_line_error(run("export", golden, "--case", RG, "--format", "npy", "-o", tmp_path / "out"),
+    assert_user_error(run("export", golden, "--case", RG, "--format", "npy", "-o", tmp_path / "out"),
                    "exists", "--force")
     assert run("export", golden, "--case", RG, "--format", "npy", "-o", tmp_path / "out",
                "--force").exit_code == 0
     res = run("merge", tmp_path / "m.h5", golden)
     assert res.exit_code == 0, res.stderr
     assert "merged 3 cases from 1 shard(s)" in res.stderr
-    one_line_error(run("merge", tmp_path / "m.h5", golden), "exists", "--force")
-    one_line_error(run("merge", tmp_path / "m2.h5", golden, golden), "duplicate case id")
+    assert_user_error(run("merge", tmp_path / "m.h5", golden), "exists", "--force")
+    assert_user_error(run("merge", tmp_path / "m2.h5", golden, golden), "duplicate case id")
 
 
 def test_cli_errors_are_one_line(golden, tmp_path):
-    one_line_error(run("show", tmp_path / "missing.h5"), "missing.h5: no such file")
+    assert_user_error(run("show", tmp_path / "missing.h5"), "missing.h5: no such file")
     notes = tmp_path / "notes.h5"
     notes.write_text("not hdf5")
-    one_line_error(run("show", notes), "not an HDF5 file")
-    one_line_error(run("show", golden, "rope_grad/nope"), "case 'rope_grad/nope' is not in")
-    one_line_error(run("export", golden, "--case", "nope", "-o", tmp_path / "o"), "'nope' is not in")
+    assert_user_error(run("show", notes), "not an HDF5 file")
+    assert_user_error(run("show", golden, "rope_grad/nope"), "case 'rope_grad/nope' is not in")
+    assert_user_error(run("export", golden, "--case", "nope", "-o", tmp_path / "o"), "'nope' is not in")
     blocker = tmp_path / "file"
     blocker.write_text("")
-    one_line_error(run("export", golden, "-o", blocker / "sub"))          # cannot create the dir
-    one_line_error(run("export", golden, "-o", blocker), "is a file")
+    assert_user_error(run("export", golden, "-o", blocker / "sub"))          # cannot create the dir
+    assert_user_error(run("export", golden, "-o", blocker), "is a file")
     res = run("export", golden, "--format", "pt", "-o", tmp_path / "o")
     assert res.exit_code == 2 and "Traceback" not in res.stderr
 
@@ -150,10 +136,10 @@ def test_show_and_pack_of_a_jobs_run_and_merge_allow_partial(tmp_path):
     res = run("pack", out, "-o", tmp_path / "self.h5")
     assert res.exit_code == 0, res.stderr
     assert "part files" not in run("show", tmp_path / "self.h5").output
-    one_line_error(run("pack", out, "-o", tmp_path / "self.h5"), "exists", "--force")
+    assert_user_error(run("pack", out, "-o", tmp_path / "self.h5"), "exists", "--force")
     shard1 = tmp_path / "s1.h5"
     generate(smoke, cases[0::2], shard1, extra_attrs={"shard": "1/2", "tier": "smoke"})
-    one_line_error(run("merge", tmp_path / "m.h5", shard1), "missing shard 2/2", "--allow-partial")
+    assert_user_error(run("merge", tmp_path / "m.h5", shard1), "missing shard 2/2", "--allow-partial")
     res = run("merge", tmp_path / "m.h5", shard1, "--allow-partial")
     assert res.exit_code == 0 and "PARTIAL: missing shard 2/2" in res.stderr
     assert "complete:          NO (partial: missing shard 2/2)" in run("show", tmp_path / "m.h5").output

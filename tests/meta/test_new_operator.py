@@ -9,11 +9,9 @@ import re
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 import refspec.goldens as goldens
 from refspec import ops
-from refspec.cli import main
 from refspec.ops.sampling import draw
 from refspec.spec.blocks import by_blocks
 from refspec.spec.checks import as_tensor, check_out_dtype, check_soc, output_dtype, require
@@ -21,6 +19,7 @@ from refspec.spec.dtypes import resolve_dtype, round_to
 from refspec.spec.errors import TilingError
 from refspec.spec.reduce import sum_rows
 from refspec.spec.terms import ELEMENTWISE, REDUCTION, OutputTerms
+from cli_helpers import assert_user_error, invoke as run
 
 
 # --- the operator: its spec function ---------------------------------------------------------
@@ -111,12 +110,6 @@ def registered():
     ops.register(SCALE_GRAD)
     yield SCALE_GRAD
     ops.unregister(SCALE_GRAD.id)
-
-
-def run(*args):
-    result = CliRunner().invoke(main, [str(a) for a in args])
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    return result
 
 
 def kernel(dy, x, w, bug=False):
