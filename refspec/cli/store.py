@@ -154,21 +154,16 @@ def show(file, case, as_json, ids):
             click.echo(json.dumps(data, indent=2) if as_json else "\n".join(data))
             return 0
         if case is None:
-            summary = file_summary(gf)
-            if as_json:
-                click.echo(json.dumps(summary, indent=2, default=str))
-            else:
-                _print_file(summary)
-            return 0
-        try:
-            golden_case = gf[case]
-        except UnknownCaseError as exc:
-            raise _cli_error(str(exc)) from None
-        summary = case_summary(golden_case)
+            summary, printer = file_summary(gf), _print_file
+        else:
+            try:
+                summary, printer = case_summary(gf[case]), _print_case
+            except UnknownCaseError as exc:
+                raise _cli_error(str(exc)) from None
         if as_json:
             click.echo(json.dumps(summary, indent=2, default=str))
         else:
-            _print_case(summary)
+            printer(summary)
     return 0
 
 

@@ -207,8 +207,7 @@ def render_html(report) -> str:
         out.append("</details>")
     if report.not_run:
         out.append(f"<h2>Not run ({len(report.not_run)} cases)</h2><p>No output and no status "
-                   + ("(they do not fail the run)" if report.only_present else
-                      "(they fail the run; --only-present if only the others were meant)")
+                   + f"({e(report.not_run_effect())})"
                    + "</p><ul>" + "".join(f"<li>{e(op)}: {n} ({e(report.not_run_reason(op))})</li>"
                                           for op, n in report.not_run_by_op().items()) + "</ul>")
         out.append("<details><summary>case ids</summary><div class='msg'>"

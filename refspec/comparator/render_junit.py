@@ -33,10 +33,11 @@ def _details(r) -> str:
 def render_junit(report) -> str:
     c = report.counts()
     not_run = len(report.not_run)
+    empty = not report.results           # a run that judged nothing fails (Report.passed)
     suite = ET.Element("testsuite", name=f"refspec compare ({report.standard})",
-                       tests=str(c["outputs"] + not_run),
+                       tests=str(c["outputs"] + not_run + empty),
                        failures=str(c["fail"] + c["rejected"]),
-                       errors=str(c["problem"] + (0 if report.only_present else not_run)),
+                       errors=str(c["problem"] + (0 if report.only_present else not_run) + empty),
                        skipped=str(c["too_strict"] + (not_run if report.only_present else 0)),
                        time=f"{report.elapsed:.3f}")
     props = ET.SubElement(suite, "properties")
@@ -65,6 +66,10 @@ def render_junit(report) -> str:
             ET.SubElement(tc, "skipped", message=f"not run: {nr.reason}")
         else:
             ET.SubElement(tc, "error", message=f"not run: {nr.reason}", type="not_run")
+    if empty:
+        tc = ET.SubElement(suite, "testcase", classname="refspec", name="(nothing judged)")
+        ET.SubElement(tc, "error", message="no output and no status of any case was found",
+                      type="nothing_judged")
     ET.indent(suite)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
 

@@ -86,7 +86,7 @@ def render_text(report, width: int | None = None, verbose: bool = False,
     for op, n in report.not_run_by_op().items():
         lines.append(f"NOT RUN {n:>5} x {op}: {report.not_run_reason(op)} "
                      f"(ids in the JSON report; "
-                     f"{'they do not fail the run' if report.only_present else 'they fail the run: --only-present if only the others were meant'})")
+                     f"{report.not_run_effect()})")
     for note in report.notes:
         lines.append(f"note: {note}")
     if report.timing_line():

@@ -187,7 +187,10 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        return all(r.passed for r in self.results) and (self.only_present or not self.not_run)
+        """Something was judged, everything judged passed, and no case was left unrun (unless
+        ``only_present``): a comparison that judged nothing does not pass."""
+        return (bool(self.results) and all(r.passed for r in self.results)
+                and (self.only_present or not self.not_run))
 
     @property
     def failures(self) -> list[OutputResult]:
@@ -221,6 +224,14 @@ class Report:
             return reasons[0]
         return "cases with no output and no status.json"
 
+    def not_run_effect(self) -> str:
+        """What the not-run cases do to the verdict, in words (text and HTML reports)."""
+        if not self.results:
+            return "nothing was judged, which fails the run"
+        if self.only_present:
+            return "they do not fail the run"
+        return "they fail the run: --only-present if only the others were meant"
+
     def ordered(self) -> list[OutputResult]:
         """Input problems, rejected inputs, judged failures, too strict, passes; golden order
         kept within each group."""
@@ -243,7 +254,9 @@ class Report:
             text += f"; {c['negative_cases']} negative cases judged by status"
         if self.not_run:
             text += (f"; {len(self.not_run)} cases not run"
-                     + (", which do not fail the run" if self.only_present else ""))
+                     + (", which do not fail the run" if self.only_present and self.results else ""))
+        if not self.results:
+            text += "; nothing was judged"
         return text
 
     def to_dict(self) -> dict:

@@ -103,6 +103,19 @@ def test_negative_case_without_status_is_not_run(golden, exported):
     assert compare(golden, str(exported), only_present=True).exit_code == 0
 
 
+def test_a_run_that_judged_nothing_fails_even_with_only_present(golden, tmp_path):
+    out = tmp_path / "empty"
+    export(golden, out)                  # inputs only: the kernel wrote nothing at all
+    rep = compare(golden, str(out), only_present=True)
+    assert rep.results == [] and len(rep.not_run) == 4
+    assert rep.exit_code == 1 and rep.summary_line().startswith("FAIL")
+    assert rep.summary_line().endswith("; nothing was judged")
+    assert "nothing was judged, which fails the run" in render_text(rep)
+    suite = ET.fromstring(render_junit(rep))
+    assert suite.get("errors") == "1" and suite.get("skipped") == "4" and suite.get("tests") == "5"
+    assert [e.get("type") for e in suite.iter("error")] == ["nothing_judged"]
+
+
 def test_status_file_that_cannot_be_read(golden, exported):
     exported.joinpath(*NEG.split("/"), "status.json").write_text('{"code": "561002"}')
     row = next(r for r in compare(golden, str(exported)).results if r.case_id == NEG)
