@@ -83,8 +83,11 @@ def load_implementation(name: str):
 
 def _load_file(name: str):
     path = os.path.abspath(name)
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise ImplementationError(f"--impl {name}: no such file")
+    if not os.path.isfile(path) or not path.endswith(".py"):
+        raise ImplementationError(f"--impl {name}: not a Python source file (give a .py file, or "
+                                  "a dotted module name importable from here)")
     module_name = "refspec_impl_" + re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])
     if module_name in sys.modules and getattr(sys.modules[module_name], "__file__", None) == path:
         return sys.modules[module_name]

@@ -113,6 +113,8 @@ def test_usage_errors_are_one_line(smoke, tmp_path):
     for args, needle in (
             (["--impl", "no_such_module_xyz"], "no module named 'no_such_module_xyz'"),
             (["--impl", str(tmp_path / "missing.py")], "no such file"),
+            (["--impl", smoke], "not a Python source file"),
+            (["--impl", str(tmp_path)], "not a Python source file"),
             (["--impl", f"{NUMPY_FLOAT32}:NOPE"], "has no attribute 'NOPE'"),
             (["--impl", NUMPY_FLOAT32, "--autograd"], "--autograd needs --framework torch"),
             (["--impl", NUMPY_FLOAT32, "--device", "cuda"], "--device cuda needs --framework torch"),
