@@ -1,7 +1,6 @@
 """Golden-generation speed and memory, each measured against its peers in the same run.
 
     python benchmarks/bench_generate.py                 # a, b, c (about 1 minute)
-    python benchmarks/bench_generate.py --only d        # the standard sweep, --jobs 1 and 2
     python benchmarks/bench_generate.py --small         # checks that it runs, measures nothing
 
 (a) One large RotaryPositionEmbeddingGrad case (B=8, N=16, S=512, D=128, half, BNSD, cos 11SD,
@@ -16,10 +15,10 @@
 (c) Peak memory of building and writing each of those cases in a fresh process, against the
     float64 size of its inputs plus outputs: NumPy's allocations (tracemalloc) and, in a second
     process, the growth of the resident set (peak RSS, VmHWM, minus RSS before the case).
-(d) `refspec generate --sweep standard` with --jobs 1 and --jobs 2 (wall time, fresh processes).
+The standard sweep with --jobs 1 and --jobs 2 is measured by bench_store.py, (d).
 
 Targets (recorded in benchmarks/README.md): (a), (b) exact >= 3x faster
-than torch; whole case faster than torch's exact outputs alone; (c) <= 4x; (d) >= 1.6x. The
+than torch; whole case faster than torch's exact outputs alone; (c) <= 4x. The
 script prints the measured ratios; it asserts nothing.
 """
 
@@ -30,7 +29,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -39,6 +37,8 @@ import refspec
 from refspec import ops
 from refspec.goldens.cases import build_case
 from refspec.goldens.sweep import Case, case_params
+
+from results import print_results
 
 ROPE_VALUES = dict(soc="A2", mode="half", layout="BNSD", cos="11SD", dtype="float32", x=True,
                    dist="random", fault="none")
@@ -200,29 +200,10 @@ def bench_peak():
     return out
 
 
-# --- (d) ---------------------------------------------------------------------------------------
-
-def bench_sweep(tier):
-    exe = [sys.executable, "-m", "refspec"]
-    out = {}
-    with tempfile.TemporaryDirectory(prefix="refspec-bench-") as tmp:
-        for jobs in (1, 2):
-            path = os.path.join(tmp, f"standard-j{jobs}.h5")
-            t = time.perf_counter()
-            proc = subprocess.run(exe + ["generate", "--sweep", "standard", "--tier", tier,
-                                         "--jobs", str(jobs), "-o", path],
-                                  capture_output=True, text=True, check=True)
-            out[f"--jobs {jobs} s"] = time.perf_counter() - t
-            out[f"--jobs {jobs} summary"] = proc.stdout.strip()
-    out["speed-up (target >= 1.6)"] = out["--jobs 1 s"] / out["--jobs 2 s"]
-    return out
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", default="a,b,c", help="comma-separated subset of a,b,c,d")
+    ap.add_argument("--only", default="a,b,c", help="comma-separated subset of a,b,c")
     ap.add_argument("--repeat", type=int, default=3, help="timings take the best of this many runs")
-    ap.add_argument("--tier", default="all", help="tier of the standard sweep for (d)")
     ap.add_argument("--small", action="store_true",
                     help="1/8 of the sequence lengths: checks that the script runs, measures nothing")
     args = ap.parse_args(argv)
@@ -243,21 +224,8 @@ def main(argv=None):
         results["(b) NormRopeConcatBackward"] = bench_nrc(args.repeat, torch)
     if "c" in which:
         results["(c) peak memory"] = bench_peak()
-    if "d" in which:
-        results[f"(d) standard sweep, tier {args.tier}"] = bench_sweep(args.tier)
     results["load average after"] = os.getloadavg()
-    for key, value in results.items():
-        if isinstance(value, dict):
-            print(key)
-            for k, v in value.items():
-                if isinstance(v, dict):
-                    print(f"  {k}: " + ", ".join(f"{kk} {vv:.3g}" if isinstance(vv, float) else f"{kk} {vv}"
-                                                for kk, vv in v.items()))
-                else:
-                    print(f"  {k}: {v:.4g}" if isinstance(v, float) else f"  {k}: {v}")
-        else:
-            print(f"{key}: {value}")
-
+    print_results(results)
 
 if __name__ == "__main__":
     main()

@@ -39,6 +39,8 @@ import time
 import h5py
 import numpy as np
 
+from results import print_results
+
 EXE = [sys.executable, "-m", "refspec"]
 
 
@@ -215,14 +217,7 @@ def main(argv=None):
         if not args.dir:
             shutil.rmtree(tmp, ignore_errors=True)
     results["load average after"] = os.getloadavg()
-    for key, value in results.items():
-        if isinstance(value, dict):
-            print(key)
-            for k, v in value.items():
-                print(f"  {k}: {v:.4g}" if isinstance(v, float) else f"  {k}: {v}")
-        else:
-            print(f"{key}: {json.dumps(value) if isinstance(value, tuple) else value}")
-
+    print_results(results)
 
 if __name__ == "__main__":
     main()

@@ -11,11 +11,9 @@ import io
 import re
 import shutil
 
-import numpy as np
 import pytest
 
 import refspec.goldens as goldens
-from refspec import ops
 from refspec.comparator import compare
 from refspec.comparator.render_html import render_html
 from refspec.goldens.example import rope_grad_case

@@ -29,7 +29,6 @@ if not os.path.isfile(os.path.join(VENDOR, "gen_data.py")):
                 "folder", allow_module_level=True)
 torch = pytest.importorskip("torch")
 
-import refspec                                                                # noqa: E402
 from refspec import ops                                                       # noqa: E402
 from refspec.comparator import compare                                        # noqa: E402
 from refspec.comparator.memory_case import MemoryCase                         # noqa: E402

@@ -19,7 +19,7 @@ from refspec.spec.dtypes import resolve_dtype, round_to
 from refspec.spec.errors import TilingError
 from refspec.spec.reduce import sum_rows
 from refspec.spec.terms import ELEMENTWISE, REDUCTION, OutputTerms
-from cli_helpers import assert_user_error, invoke as run
+from cli_helpers import invoke as run
 
 
 # --- the operator: its spec function ---------------------------------------------------------
