@@ -4,6 +4,7 @@ each measured against its peers in the same run (whole commands, fresh processes
     python benchmarks/bench_store.py                      # everything (about 6 minutes)
     python benchmarks/bench_store.py --golden FILE.h5     # show/export/pack of an existing file
     python benchmarks/bench_store.py --tier quick         # a smaller sweep: checks that it runs
+    python benchmarks/bench_store.py --against SRC        # (h) also an earlier comparator
 
 (d) `refspec generate --sweep standard` with --jobs 1 and --jobs 2: wall time, the ratio, and
     whether the two files hold bit-identical datasets for every case (compared here, dataset by
@@ -13,12 +14,15 @@ each measured against its peers in the same run (whole commands, fresh processes
     same question without the root index costs).
 (f) `refspec export FILE -o DIR` with --jobs 1 and --jobs 2: MB/s of bytes written, against
     copying the golden file's bytes once (`shutil.copyfile`, the sequential I/O floor of this
-    disk) and against `np.save` of the same arrays read through h5py (the plain way).
+    disk), against `np.save` of the same arrays read through h5py (the plain way), and against
+    creating as many files of the mean size with nothing else (the file-count floor).
 (g) `refspec pack` of the --jobs 2 file into one self-contained file, against the --jobs 1 run.
 (h) `refspec compare FILE DIR --json --junit --html` of an exported directory whose kernel
     outputs are the goldens themselves (each `golden_<output>.bin` linked as `<output>.bin`, a
     `status.json` with each case's expected code): every case and output judged, with --jobs 1
-    and --jobs 2, against reading every byte compared once (the golden file's and the outputs').
+    and --jobs 2, against reading every byte compared once (the golden file's and the outputs')
+    and, with `--against SRC`, against the comparator of another source tree on the same files
+    (`git archive REV | tar -x -C SRC`; its reports --json and --html).
 
 Between steps the files written are flushed (`os.sync`) so that one step's writeback does not
 land in the next one's time. Directories are removed at the end, not between steps (removing
@@ -44,10 +48,10 @@ from results import print_results
 EXE = [sys.executable, "-m", "refspec"]
 
 
-def run(*args) -> tuple[float, str]:
+def run(*args, env=None) -> tuple[float, str]:
     os.sync()
     t = time.perf_counter()
-    proc = subprocess.run(EXE + [str(a) for a in args], capture_output=True, text=True)
+    proc = subprocess.run(EXE + [str(a) for a in args], capture_output=True, text=True, env=env)
     elapsed = time.perf_counter() - t
     if proc.returncode:
         raise SystemExit(f"refspec {' '.join(map(str, args))} failed:\n{proc.stderr}")
@@ -139,6 +143,25 @@ def golden_outputs_as_actuals(export_dir: str) -> list[str]:
     return outputs
 
 
+def small_files(directory: str, count: int, size: int) -> float:
+    """Seconds per file of writing ``count`` files of ``size`` bytes the way export does
+    (create, write, close, rename into place; a new folder every 11 files), flushed."""
+    data = b"\0" * size
+    os.sync()
+    t = time.perf_counter()
+    for i in range(count):
+        if i % 11 == 0:
+            folder = os.path.join(directory, str(i))
+            os.makedirs(folder)
+        path = os.path.join(folder, f"{i}.bin")
+        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        os.write(fd, data)
+        os.close(fd)
+        os.replace(path + ".tmp", path)
+    os.sync()
+    return (time.perf_counter() - t) / count
+
+
 def read_once(paths) -> float:
     """Seconds to read these files' bytes once, in 16 MiB blocks."""
     t = time.perf_counter()
@@ -154,6 +177,8 @@ def main(argv=None):
     ap.add_argument("--tier", default="all", help="tier of the standard sweep")
     ap.add_argument("--golden", help="skip (d): measure show/export/pack of this --jobs file")
     ap.add_argument("--dir", help="where to write (default: a temporary directory)")
+    ap.add_argument("--against", metavar="SRC",
+                    help="(h) also the comparator of this source tree (e.g. `git archive REV`)")
     args = ap.parse_args(argv)
     results = {"cpus": os.cpu_count(), "numpy": np.__version__, "h5py": h5py.__version__,
                "load average": os.getloadavg()}
@@ -184,7 +209,7 @@ def main(argv=None):
             files, size = tree_bytes(out)
             f[f"export --jobs {jobs} MB/s (target >= 300)"] = size / 1e6 / f[f"export --jobs {jobs} s"]
         f["files, MB written"] = f"{files}, {size / 1e6:.0f}"
-        golden_size = sum(os.path.getsize(p) for p in [j1])
+        golden_size = os.path.getsize(j1)
         os.sync()
         t = time.perf_counter()
         shutil.copyfile(j1, os.path.join(tmp, "copy.h5"))
@@ -192,6 +217,9 @@ def main(argv=None):
         f["copyfile of the golden MB/s"] = golden_size / 1e6 / (time.perf_counter() - t)
         secs, written = numpy_export(j1, os.path.join(tmp, "export-numpy"))
         f["h5py + np.save MB/s"] = written / 1e6 / secs
+        per_file = small_files(tempfile.mkdtemp(prefix="small-files-", dir=tmp), files, size // files)
+        f["one file of the mean size, created and renamed, us"] = per_file * 1e6
+        f["that for every exported file s"] = per_file * files
         results["(f) export"] = f
         g = {"pack of the --jobs 2 file s": run("pack", j2, "-o", os.path.join(tmp, "packed.h5"),
                                                  "--force")[0]}
@@ -209,6 +237,12 @@ def main(argv=None):
             h[f"compare --jobs {jobs} s"], h[f"compare --jobs {jobs} verdict"] = run(
                 "compare", j1, actual, "--jobs", jobs, *reports)
         h["compare speed-up"] = h["compare --jobs 1 s"] / h["compare --jobs 2 s"]
+        if args.against:
+            env = {**os.environ, "PYTHONPATH": os.path.abspath(args.against)}
+            h["--against's compare --json --html s"], h["--against's verdict"] = run(
+                "compare", j1, actual, f"--json={os.path.join(tmp, 'against.json')}",
+                f"--html={os.path.join(tmp, 'against.html')}", env=env)
+            h["--against / this, --jobs 1"] = h["--against's compare --json --html s"] / h["compare --jobs 1 s"]
         h["reading the golden file and the outputs once s"] = read_once([j1] + outputs)
         h["compare --jobs 2 / reading once"] = (h["compare --jobs 2 s"]
                                                 / h["reading the golden file and the outputs once s"])
