@@ -14,15 +14,12 @@ import sys
 import click
 
 from .._version import __version__
-from ..spec.errors import AclnnError
+from ..spec.errors import AclnnError, one_line
 from . import compare, generate, golden, run, store
-from .errors import CliError, fail
+from .errors import CliError
 
-__all__ = ["CliError", "main", "fail"]
+__all__ = ["CliError", "main"]
 
-
-def _one_line(message: str) -> str:
-    return " ".join(str(message).split())
 
 
 class RefspecGroup(click.Group):
@@ -44,14 +41,14 @@ class RefspecGroup(click.Group):
             click.echo("refspec: error: aborted", err=True)
             sys.exit(130)
         except click.ClickException as exc:
-            click.echo(f"refspec: error: {_one_line(exc.format_message())}", err=True)
+            click.echo(f"refspec: error: {one_line(exc.format_message())}", err=True)
             sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
         except AclnnError as exc:
-            click.echo(f"refspec: error: {_one_line(f'{exc} (aclnn {exc.code} {exc.status})')}", err=True)
+            click.echo(f"refspec: error: {one_line(f'{exc} (aclnn {exc.code} {exc.status})')}", err=True)
             sys.exit(2)
         except OSError as exc:
             where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
-            click.echo(f"refspec: error: {_one_line(where + (exc.strerror or str(exc)))}", err=True)
+            click.echo(f"refspec: error: {one_line(where + (exc.strerror or str(exc)))}", err=True)
             sys.exit(2)
         except KeyboardInterrupt:
             click.echo("refspec: error: interrupted", err=True)

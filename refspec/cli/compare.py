@@ -9,24 +9,13 @@ import sys
 
 import click
 
+from .. import ops
 from ..goldens.format import UnknownCaseError
-from .errors import CliError
+from .errors import CliError, check_output_file
 
 __all__ = ["register", "compare_command"]
 
 _STANDARDS = ("default", "ascend-mixed", "torch", "vendor-threshold", "ratio")
-
-
-def _check_writable(path: str | None, flag: str) -> None:
-    if path is None:
-        return
-    d = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(d):
-        raise CliError(f"{flag} {path}: directory {d} does not exist")
-    if os.path.isdir(path):
-        raise CliError(f"{flag} {path}: is a directory; give a file name")
-    if not os.access(d, os.W_OK):
-        raise CliError(f"{flag} {path}: directory {d} is not writable")
 
 
 @click.command("compare")
@@ -61,7 +50,7 @@ def _check_writable(path: str | None, flag: str) -> None:
               help="Cases with no output and no status.json were left out on purpose: they are "
                    "listed as not run but do not fail the run.")
 @click.option("--op", "operators", multiple=True, metavar="OP",
-              help="Only the cases of this operator: rope_grad, rope, nrc_grad, nrc (repeatable).")
+              help=f"Only the cases of this operator: {', '.join(ops.ids())} (repeatable).")
 @click.option("-j", "--jobs", type=click.IntRange(min=0), default=1, show_default=True,
               metavar="N", help="Worker processes judging groups of cases side by side "
                                 "(0 = one per CPU); the report is the same.")
@@ -105,7 +94,8 @@ def judge(golden, source, *, cases, standard, rtol, atol, saturation, ratio_leve
     from ..goldens.executors import SchedulerUnavailable, WorkerLost, scheduler_address
 
     for path, flag in ((json_path, "--json"), (junit_path, "--junit"), (html_path, "--html")):
-        _check_writable(path, flag)
+        if path is not None:
+            check_output_file(path, f"{flag} {path}")
     if heatmap_axes is not None and not (heatmap_axes.isalpha() and 1 <= len(heatmap_axes) <= 2):
         raise CliError(f"--heatmap-axes {heatmap_axes!r}: give one or two axis letters, e.g. SD")
     try:

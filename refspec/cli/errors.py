@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
-__all__ = ["CliError", "Interrupted", "fail"]
+__all__ = ["CliError", "Interrupted", "check_output_file"]
 
 
 class CliError(click.ClickException):
@@ -19,6 +21,13 @@ class Interrupted(CliError):
     exit_code = 130
 
 
-def fail(message: str):
-    """Raise ``CliError`` with ``message`` (what is wrong and what is allowed)."""
-    raise CliError(message)
+def check_output_file(path: str, label: str, give: str = "give a file name") -> None:
+    """``CliError`` (starting with ``label``) unless ``path`` can be written as a file: not a
+    directory, in a directory that exists and is writable."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise CliError(f"{label}: is a directory; {give}")
+    if not os.path.isdir(directory):
+        raise CliError(f"{label}: directory {directory} does not exist")
+    if not os.access(directory, os.W_OK):
+        raise CliError(f"{label}: directory {directory} is not writable")

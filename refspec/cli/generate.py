@@ -19,7 +19,7 @@ from .. import goldens, ops
 from ..goldens.engine import parts_dir
 from ..goldens.executors import SCHEDULER_ENV, SchedulerUnavailable
 from ..goldens.sweep import SweepError, load_sweep, normalize_filter, parse_shard, select_cases, shard
-from .errors import CliError, Interrupted
+from .errors import CliError, Interrupted, check_output_file
 
 __all__ = ["register", "list_command", "generate_command"]
 
@@ -89,14 +89,10 @@ def list_command(sweep_ref, tier, ops, socs, dtypes, modes, layouts, as_json):
     return 0
 
 
-def _check_output(out: str, resume: bool, force: bool) -> None:
-    directory = os.path.dirname(os.path.abspath(out))
-    if os.path.isdir(out):
-        raise CliError(f"{out}: is a directory; give the path of the .h5 file to write")
-    if not os.path.isdir(directory):
-        raise CliError(f"{out}: directory {directory} does not exist")
-    if not os.access(directory, os.W_OK):
-        raise CliError(f"{out}: directory {directory} is not writable")
+def check_golden_output(out: str, resume: bool = False, force: bool = False) -> None:
+    """A usage error unless the golden file ``out`` can be written: a writable place, and
+    nothing there already unless ``force`` (replace it) or ``resume`` (continue it)."""
+    check_output_file(out, out, "give the path of the .h5 file to write")
     if resume and force:
         raise CliError("--resume and --force exclude each other: --resume continues a run, "
                        "--force starts over")
@@ -134,7 +130,7 @@ def _check_output(out: str, resume: bool, force: bool) -> None:
 def generate_command(sweep_ref, tier, ops, socs, dtypes, modes, layouts, case_ids, seed, jobs,
                      scheduler, shard_spec, resume, force, compression, out):
     """Generate a golden HDF5 file from a sweep (default: the smoke sweep)."""
-    _check_output(out, resume, force)
+    check_golden_output(out, resume, force)
     try:
         return _generate(sweep_ref, tier, ops, socs, dtypes, modes, layouts, case_ids, seed, jobs,
                          scheduler, shard_spec, resume, force, compression, out)

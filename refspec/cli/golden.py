@@ -15,9 +15,10 @@ import tempfile
 import click
 
 from .. import goldens
+from ..spec.errors import one_line
 from .compare import compare_command
 from .errors import CliError
-from .generate import _check_output, generate_command
+from .generate import check_golden_output, generate_command
 
 __all__ = ["register", "golden_command", "check_dump_command"]
 
@@ -66,7 +67,7 @@ def _write(kind, cases, out, force, compression, quiet=False):
     if not quiet:
         for case_id, err in negatives:
             click.echo(f"negative case {case_id}: the profile rejects it with {err.code} "
-                       f"{err.status}: {' '.join(str(err).split())}")
+                       f"{err.status}: {one_line(err)}")
         click.echo(summary.line())
     return summary
 
@@ -88,7 +89,7 @@ def golden_command(dirs, msprobe, mapping, vendor_ut, ut_args, soc, force, compr
     API calls of an msprobe dump, or the vendor's UT data. Each case is validated by its chip
     profile (a rejected one is written as a negative case) and computed exactly as generated
     cases are."""
-    _check_output(out, False, force)
+    check_golden_output(out, force=force)
     kind, cases = _describe(dirs, msprobe, mapping, vendor_ut, ut_args, soc)
     _write(kind, cases, out, force, compression)
     return 0
@@ -110,7 +111,7 @@ def _check_dump(dump_path, mapping, out, force, **compare_options):
     them, call by call; prints the comparison report (exit code 1 if anything fails). The
     golden file is kept only with -o."""
     if out is not None:
-        _check_output(out, False, force)
+        check_golden_output(out, force=force)
     kind, cases = _describe((), dump_path, mapping, None, None, None)
     ctx = click.get_current_context()
     with tempfile.TemporaryDirectory(prefix="refspec-check-dump-") as tmp:

@@ -16,13 +16,13 @@ from ..goldens.format import UnknownCaseError
 from ..goldens.read import GoldenCase, GoldenFile, LazyArray
 from ..goldens.shards import merge as merge_shards
 from ..goldens.shards import pack as pack_file
+from .errors import CliError
 
 __all__ = ["register", "show", "export", "merge", "pack", "file_summary", "case_summary"]
 
-
-def _cli_error(message: str):
-    from .errors import CliError
-    return CliError(message)
+#: root attributes `show` prints first, in this order
+_FILE_ATTRS = ("schema_version", "refspec_version", "numpy_version", "h5py_version",
+               "hdf5_version", "created", "compression", "shuffle", "merged_from")
 
 
 def _human(n: int) -> str:
@@ -90,14 +90,11 @@ def _print_file(s: dict) -> None:
                    f"{os.path.dirname(s['part_files'][0])}{os.sep} (refspec pack makes one "
                    "self-contained file)")
     click.echo(f"sweep:             {s['sweep_name']} (seed {a.get('sweep_seed')})")
-    for key in ("schema_version", "refspec_version", "numpy_version", "h5py_version",
-                "hdf5_version", "created", "compression", "shuffle", "merged_from"):
+    for key in _FILE_ATTRS:
         if key in a:
             click.echo(f"{key + ':':<19}{a[key]}")
     extra = [k for k in a if k not in ("sweep_definition", "sweep_name", "sweep_seed", "complete",
-                                       "parts", "partial")
-             and k not in ("schema_version", "refspec_version", "numpy_version", "h5py_version",
-                           "hdf5_version", "created", "compression", "shuffle", "merged_from")]
+                                       "parts", "partial") + _FILE_ATTRS]
     for key in extra:
         click.echo(f"{key + ':':<19}{a[key]}")
     lines = str(a.get("sweep_definition", "")).count("\n") + 1
@@ -159,7 +156,7 @@ def show(file, case, as_json, ids):
             try:
                 summary, printer = case_summary(gf[case]), _print_case
             except UnknownCaseError as exc:
-                raise _cli_error(str(exc)) from None
+                raise CliError(str(exc)) from None
         if as_json:
             click.echo(json.dumps(summary, indent=2, default=str))
         else:
@@ -188,7 +185,7 @@ def export(file, cases, fmt, out_dir, force, jobs, scheduler):
         dirs = export_cases(file, out_dir, cases or None, fmt=fmt, force=force,
                             jobs=jobs or os.cpu_count() or 1, scheduler=scheduler)
     except (UnknownCaseError, SchedulerUnavailable, WorkerLost) as exc:
-        raise _cli_error(str(exc)) from None
+        raise CliError(str(exc)) from None
     click.echo(f"exported {len(dirs)} case(s) as .{fmt} under {out_dir}", err=True)
     return 0
 

@@ -25,6 +25,7 @@ from .. import ops
 from ..goldens.export import STATUS_FILE
 from ..goldens.format import BF16_ENCODING
 from ..spec.dtypes import bfloat16, dtype_name
+from ..spec.errors import one_line
 from .blocks import thread_buffer
 
 __all__ = ["Problem", "ActualArray", "ArrayActual", "RawFileActual", "H5Actual", "ActualSource",
@@ -173,7 +174,7 @@ def open_npy(path: str, golden_dtype: np.dtype, golden_shape, source: str):
                 shape, fortran, stored = np.lib.format.read_array_header_2_0(fh)
             offset = fh.tell()
     except Exception as exc:  # a corrupt header in any way
-        return Problem("unreadable", f"{path}: not a readable .npy file ({_one_line(exc)})", source)
+        return Problem("unreadable", f"{path}: not a readable .npy file ({one_line(exc)})", source)
     if stored.hasobject:
         return Problem("unreadable", f"{path}: holds Python objects (pickles are never loaded)", source)
     problem = _mismatch(source, stored, shape, golden_dtype, golden_shape, where=path)
@@ -188,7 +189,7 @@ def open_npy(path: str, golden_dtype: np.dtype, golden_shape, source: str):
         try:
             arr = np.load(path, allow_pickle=False)
         except Exception as exc:
-            return Problem("unreadable", f"{path}: {_one_line(exc)}", source)
+            return Problem("unreadable", f"{path}: {one_line(exc)}", source)
         return ArrayActual(source, np.ascontiguousarray(arr), golden_dtype)
     return RawFileActual(source, path, offset, stored, shape, golden_dtype)
 
@@ -201,7 +202,7 @@ def open_bin(path: str, golden_dtype: np.dtype, golden_shape, source: str):
         with open(path, "rb"):
             pass
     except OSError as exc:
-        return Problem("unreadable", f"{path}: {exc.strerror or _one_line(exc)}", source)
+        return Problem("unreadable", f"{path}: {exc.strerror or one_line(exc)}", source)
     need = prod(golden_shape) * stored.itemsize
     if size != need:
         hint = ""
@@ -214,16 +215,13 @@ def open_bin(path: str, golden_dtype: np.dtype, golden_shape, source: str):
     return RawFileActual(source, path, 0, stored, golden_shape, golden_dtype)
 
 
-def _one_line(exc) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
-
 
 def check_array(arr: np.ndarray, golden_dtype, golden_shape, source: str):
     """An in-memory array as an ActualArray or a Problem (dtype/shape checks)."""
     try:
         arr = np.asarray(arr)
     except Exception as exc:
-        return Problem("unreadable", f"{source}: not an array ({_one_line(exc)})", source)
+        return Problem("unreadable", f"{source}: not an array ({one_line(exc)})", source)
     if arr.dtype.hasobject:
         return Problem("unreadable", f"{source}: holds Python objects", source)
     return (_mismatch(source, arr.dtype, arr.shape, np.dtype(golden_dtype), golden_shape)
@@ -252,11 +250,11 @@ def read_status(path: str):
         with open(path, "rb") as fh:
             doc = json.loads(fh.read().decode("utf-8"))
     except (OSError, ValueError) as exc:
-        return None, f"{path}: not a readable JSON status file ({_one_line(exc)})"
+        return None, f"{path}: not a readable JSON status file ({one_line(exc)})"
     code = doc.get("code") if isinstance(doc, dict) else None
     if not isinstance(code, int) or isinstance(code, bool):
         return None, (f"{path}: expected {{\"code\": <integer>}} (0 when the kernel accepted the "
-                      f"input, else the aclnn status it returned), got {_one_line(doc)[:80]}")
+                      f"input, else the aclnn status it returned), got {one_line(doc)[:80]}")
     return code, None
 
 
@@ -364,7 +362,7 @@ class NpzSource(ActualSource):
                 self._npz = np.load(path, allow_pickle=False)
                 self._keys = list(self._npz.files)
             except Exception as exc:
-                self._error = f"{path}: not a readable .npz file ({_one_line(exc)})"
+                self._error = f"{path}: not a readable .npz file ({one_line(exc)})"
                 self._keys = []
 
     def _candidates(self, case_id, op, output):
@@ -390,7 +388,7 @@ class NpzSource(ActualSource):
                 try:
                     arr = self._npz[k]
                 except Exception as exc:
-                    return Problem("unreadable", f"{src}: {_one_line(exc)}", src)
+                    return Problem("unreadable", f"{src}: {one_line(exc)}", src)
                 return check_array(arr, dtype, shape, src)
         if self._npz is None:
             stem = self._keys[0]
@@ -418,7 +416,7 @@ class H5Source(ActualSource):
         try:
             self._file = h5py.File(path, "r")
         except Exception as exc:
-            self._error = f"{path}: cannot open as HDF5 ({_one_line(exc)})"
+            self._error = f"{path}: cannot open as HDF5 ({one_line(exc)})"
 
     def lookup(self, case_id, op, output, dtype, shape):
         if self._error:

@@ -26,7 +26,7 @@ def float32_benchmark(case) -> dict[str, np.ndarray]:
     record = ops.find(case.op)
     if record is None or record.benchmark is None:
         raise BenchmarkUnavailable(f"no float32 benchmark for {case.op}")
-    inputs = {n: case.inputs[n][()] for n in case.input_names}
+    inputs = case.input_arrays()
     raw = record.benchmark(inputs, record.attrs_of(case.params), case.soc or None)
     return {name: round_to(np.asarray(raw[name], dtype=np.float64), case.expected[name].dtype)
             for name in case.output_names if raw.get(name) is not None}

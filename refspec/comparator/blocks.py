@@ -97,11 +97,6 @@ class BlockReader:
             self._raw_dtype = np.dtype(f"<u{itemsize}") if arr.dtype.kind != "f" or \
                 arr.dtype.itemsize == 2 else np.dtype(arr.dtype).newbyteorder("<")
 
-    @property
-    def raw(self) -> bool:
-        """True when blocks are read straight from the file."""
-        return self._fd is not None
-
     def read(self, key, flat_start: int, count: int) -> np.ndarray:
         """The block; read raw, it lives in this thread's buffer until the thread's next read."""
         if self._fd is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..spec.dtypes import bfloat16
+from ..spec.errors import one_line
 
 __all__ = ["FRAMEWORKS", "FrameworkError", "NumpyFramework", "TorchFramework", "framework"]
 
@@ -57,7 +58,7 @@ class TorchFramework:
             torch.empty(0, device=self._device)
         except Exception as exc:              # RuntimeError: unknown or unavailable device
             raise FrameworkError(f"device {device!r} cannot be used by torch: "
-                                 f"{' '.join(str(exc).split())}") from None
+                                 f"{one_line(exc)}") from None
         self.device = str(self._device)
 
     def tensor(self, array: np.ndarray, requires_grad: bool = False):

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import ops
-from ..spec.errors import AclnnError
+from ..spec.errors import AclnnError, one_line
 from .actuals import ActualSource, Problem, check_array
 from .frameworks import FrameworkError, framework
 from .memory_case import spec_case
@@ -75,10 +75,10 @@ def load_implementation(name: str):
         if exc.name and name.startswith(exc.name):
             raise ImplementationError(f"--impl {name}: no module named {exc.name!r} (give a "
                                       "dotted module name importable from here, or a .py file)") from None
-        raise ImplementationError(f"--impl {name}: importing it failed: {_one_line(exc)}") from None
+        raise ImplementationError(f"--impl {name}: importing it failed: {one_line(exc)}") from None
     except Exception as exc:
         raise ImplementationError(f"--impl {name}: importing it failed: "
-                                  f"{type(exc).__name__}: {_one_line(exc)}") from None
+                                  f"{type(exc).__name__}: {one_line(exc)}") from None
 
 
 def _load_file(name: str):
@@ -99,7 +99,7 @@ def _load_file(name: str):
     except Exception as exc:
         del sys.modules[module_name]
         raise ImplementationError(f"--impl {name}: importing it failed: "
-                                  f"{type(exc).__name__}: {_one_line(exc)}") from None
+                                  f"{type(exc).__name__}: {one_line(exc)}") from None
     return module
 
 
@@ -175,8 +175,7 @@ class ImplementationSource(ActualSource):
         if not run.saved:
             return case
         record = ops.get(case.op)
-        inputs = {n: case.inputs[n][()] for n in case.input_names}
-        inputs.update(run.saved)
+        inputs = {**case.input_arrays(), **run.saved}
         try:
             ref = spec_case(record.function, soc=case.soc or None, case_id=case.case_id,
                             **inputs, **record.attrs_of(case.params))
@@ -226,7 +225,7 @@ class ImplementationSource(ActualSource):
         if plan_of is not None and case.expected_error is not None:
             return CaseRun(not_run=f"a negative case of {record.function}: --autograd calls the "
                                    "forward, whose own negative cases judge what it rejects")
-        inputs = {n: case.inputs[n][()] for n in case.input_names}
+        inputs = case.input_arrays()
         attrs = record.attrs_of(case.params)
         if plan_of is not None:
             plan = plan_of(inputs, attrs)
@@ -250,7 +249,7 @@ class ImplementationSource(ActualSource):
             outputs, saved = self._timed(call)
         except Exception as exc:
             return CaseRun(function=target.function, status=aclnn_code(exc),
-                           error=f"{type(exc).__name__}: {_one_line(exc)}")
+                           error=f"{type(exc).__name__}: {one_line(exc)}")
         run = CaseRun(function=target.function,
                       outputs={k: self.framework.array(v) for k, v in outputs.items()
                                if v is not None},
@@ -318,5 +317,3 @@ def _takes(fn, name: str) -> bool:
     return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
 
 
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())

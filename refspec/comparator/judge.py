@@ -21,6 +21,7 @@ from math import prod
 import numpy as np
 
 from ..spec.dtypes import dtype_name, resolve_dtype, round_to
+from ..spec.errors import one_line
 from .actuals import Problem
 from .blocks import COMPUTE_ELEMENTS, READ_ELEMENTS, BlockReader, plan_blocks
 from .floatinfo import U_ACC, bits_of, float_info, ulp_at
@@ -55,16 +56,16 @@ class BlockJudge:
     benchmark of the ratio standard).
 
     Two steps give the same verdicts, counts, maxima, elements and histogram: the fused one
-    (``refspec.comparator.fused.fused_block``, one compiled pass per block; ``fast``) and
+    (``refspec.comparator.fused.fused_block``, one compiled pass per block: ``compute`` and
+    ``merge``) and
     the reference step (``_step_reference``, plain NumPy over cache-sized steps), which the
     tests hold the fused one to. The float sums of RMSE, cosine and the mean relative error
     agree to a few float64 roundings. ``compute`` touches nothing shared, so blocks may be
     computed in threads; ``merge`` adds a computed block in flat order."""
 
     def __init__(self, rule: Rule | None, dtype, K: int | None, acc: Accumulator,
-                 saturation: bool = False, fast: bool = True):
+                 saturation: bool = False):
         self.rule = rule
-        self.fast = fast
         self.info = float_info(dtype)
         self.dtype = np.dtype(dtype)
         self.K = max(int(K or 0), 0)
@@ -80,17 +81,10 @@ class BlockJudge:
         self.c_sqrt_k = C_REDUCTION * math.sqrt(self.K) * U_ACC
         self._fused_args = None
 
-    def block(self, flat0: int, a: np.ndarray, g: np.ndarray, e: np.ndarray | None,
-              S: np.ndarray | None) -> None:
-        """One block (flattened, C order from ``flat0``): a in the output dtype, g exact
-        float64, e the golden rounded to the output dtype (copies), S sum of |terms|."""
-        if self.fast:
-            self.merge(self.compute(flat0, a, g, e, S))
-        else:
-            self.block_reference(flat0, a, g, e, S)
-
     def block_reference(self, flat0, a, g, e, S) -> None:
-        """One block through the reference step, in cache-sized steps."""
+        """One block (flattened, C order from ``flat0``: a in the output dtype, g exact float64,
+        e the golden rounded to the output dtype, S sum of |terms|) through the reference step,
+        in cache-sized steps."""
         self.acc.count(a.size)
         for lo in range(0, a.size, COMPUTE_ELEMENTS):
             hi = min(lo + COMPUTE_ELEMENTS, a.size)
@@ -290,22 +284,15 @@ def judge_output(case, name: str, actual, rule: Rule, opts: JudgeOptions, contex
                        shape=info["shape"], axes=info["axes"], reduced_terms=info["K"],
                        rule=rule.describe())
     if isinstance(actual, Problem):
-        res.status, res.source = actual.status, actual.source
-        res.reason = actual.detail
-        res.message = f"{name}: {actual.status.replace('_', ' ')}: {actual.detail} [{context}]"
-        return res
+        res.source = actual.source
+        return res.problem(actual.status, actual.detail)
     res.source = actual.source
     if actual.dtype != info["dtype"]:
-        res.status = "dtype_mismatch"
-        res.reason = f"{actual.source}: dtype {dtype_name(actual.dtype)} but the golden output is {info['dtype_name']}"
-        res.message = f"{name}: dtype mismatch: {res.reason} [{context}]"
-        return res
+        return res.problem("dtype_mismatch", f"{actual.source}: dtype {dtype_name(actual.dtype)} "
+                                             f"but the golden output is {info['dtype_name']}")
     if tuple(actual.shape) != info["shape"]:
-        res.status = "shape_mismatch"
-        res.reason = (f"{actual.source}: shape {tuple(actual.shape)} but the golden output has "
-                      f"shape {info['shape']}")
-        res.message = f"{name}: shape mismatch: {res.reason} [{context}]"
-        return res
+        return res.problem("shape_mismatch", f"{actual.source}: shape {tuple(actual.shape)} but "
+                                             f"the golden output has shape {info['shape']}")
 
     dt = info["dtype"]
     small = SMALL_VALUES.get(info["dtype_name"], SMALL_VALUES["float32"])
@@ -319,12 +306,11 @@ def judge_output(case, name: str, actual, rule: Rule, opts: JudgeOptions, contex
                 return letters[i] if letters else f"axis {i}"
             res.heat_axes = (_n(ax[0]), _n(ax[1])) if ax[1] is not None else ("", _n(ax[0]))
     acc = Accumulator(small, opts.top, heat)
-    judge = BlockJudge(None if rule.ratio_level else rule, dt, info["K"], acc, opts.saturation,
-                       opts.fast)
+    judge = BlockJudge(None if rule.ratio_level else rule, dt, info["K"], acc, opts.saturation)
     bench_judge = None
     if rule.ratio_level:
         bench_acc = Accumulator(small, 0)
-        bench_judge = BlockJudge(None, dt, info["K"], bench_acc, opts.saturation, opts.fast)
+        bench_judge = BlockJudge(None, dt, info["K"], bench_acc, opts.saturation)
     exact = info["exact"]
     expected = case.expected[name] if judge.needs_expected else None
     if not judge.uses_sum_abs:
@@ -341,7 +327,7 @@ def judge_output(case, name: str, actual, rule: Rule, opts: JudgeOptions, contex
         try:
             a = actual.read(key, flat0, count).reshape(-1)
         except Exception as exc:  # a file that changed or broke while being read
-            raise _ActualUnreadable(_one_line(exc)) from None
+            raise _ActualUnreadable(one_line(exc)) from None
         e = None if rd_e is None else rd_e.read(key, flat0, count)
         S = None if rd_S is None else rd_S.read(key, flat0, count)
         b = None if bench_judge is None else np.asarray(benchmark[key]).reshape(-1)
@@ -367,13 +353,9 @@ def judge_output(case, name: str, actual, rule: Rule, opts: JudgeOptions, contex
                 if b is not None:
                     bench_judge.block_reference(flat0, b, g, None, None)
     except _ActualUnreadable as exc:
-        res.status, res.reason = "unreadable", f"{actual.source}: {exc}"
-        res.message = f"{name}: unreadable: {res.reason} [{context}]"
-        return res
+        return res.problem("unreadable", f"{actual.source}: {exc}")
     except Exception as exc:
-        res.status, res.reason = "error", f"reading the golden failed: {_one_line(exc)}"
-        res.message = f"{name}: error: {res.reason} [{context}]"
-        return res
+        return res.problem("error", f"reading the golden failed: {one_line(exc)}")
     finally:
         for rd in readers:
             if rd is not None:
@@ -512,9 +494,6 @@ def _dtype_hint(actual, info, exact, plan) -> str:
                 f"where {info['dtype_name']} is expected?")
     return ""
 
-
-def _one_line(exc) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _worst_line(res: OutputResult, m: Metrics) -> str:

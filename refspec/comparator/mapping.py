@@ -36,6 +36,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from .. import ops
+from ..spec.errors import one_line
 
 __all__ = ["MappingError", "Mapping", "load_mapping"]
 
@@ -107,7 +108,7 @@ def load_mapping(path) -> Mapping:
             data = tomllib.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise MappingError(f"{path}: not valid {'JSON' if path.lower().endswith('.json') else 'TOML'}"
-                           f" ({' '.join(str(exc).split())})") from None
+                           f" ({one_line(exc)})") from None
     if isinstance(data, list):
         data = {"map": data}
     if not isinstance(data, dict) or not isinstance(data.get("map"), list):

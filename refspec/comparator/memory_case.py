@@ -39,6 +39,9 @@ class MemoryCase:
     def input_names(self):
         return list(self.inputs)
 
+    def input_arrays(self) -> dict:
+        return self.inputs
+
     @property
     def output_names(self):
         return list(self.expected)

@@ -199,7 +199,7 @@ class Accumulator:
             rel = ad[big] / ag[big]
             self._add_rel(rel, big, ns, flat0, where, a, g, ad, ulps, bad)
         self._hist(ulps)
-        self._keep_worst(flat0, where, a, g, ad, ulps, bad)
+        self._keep_worst(flat0, where, a, g, ad, ulps, bad, bmax)
         if self._heat is not None:
             self._heat_add(flat0, where, bad)
 
@@ -322,11 +322,9 @@ class Accumulator:
         for b, c in enumerate(counts):
             h[1 + b] += int(c)
 
-    def _keep_worst(self, flat0, where, a, g, ad, ulps, bad, bmax=None) -> None:
+    def _keep_worst(self, flat0, where, a, g, ad, ulps, bad, bmax: float) -> None:
         if self.top <= 0:
             return
-        if bmax is None:
-            bmax = float(bad.max())
         # the step's first elements by (badness, |a - g|) descending, then flat index ascending:
         # the order of the report, total so that ties never depend on the selection algorithm
         idx = top_order([bad, ad] if bmax > 0 else [ad], self.top)

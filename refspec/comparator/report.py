@@ -57,6 +57,13 @@ class OutputResult:
     golden_failures: int | None = None     # elements of the rounded golden failing the rule
     hint: str = ""                          # a likely cause (e.g. a dtype written for another)
 
+    def problem(self, status: str, reason: str) -> "OutputResult":
+        """This result as the problem ``status`` (the output could not be judged), its reason
+        and the one-line message ``<output>: <status>: <reason> [<context>]``; returns self."""
+        self.status, self.reason = status, reason
+        self.message = f"{self.output}: {status.replace('_', ' ')}: {reason} [{self.context}]"
+        return self
+
     @property
     def passed(self) -> bool:
         return self.status in ("pass", "too_strict")
@@ -286,12 +293,6 @@ class Report:
         slowest, t_max = times[0]
         return (f"time: {len(times)} cases timed, {total:.3g} s in all (the median of the timed "
                 f"calls of each); slowest {t_max * 1e3:.3g} ms: {slowest}")
-
-    def first_failure_message(self) -> str | None:
-        for r in self.ordered():
-            if not r.passed:
-                return r.message
-        return None
 
     def __str__(self) -> str:
         from .render_text import render_text

@@ -14,6 +14,7 @@ from math import prod
 from .. import goldens, ops
 from ..goldens.export import select_cases
 from ..goldens.format import UnknownCaseError
+from ..spec.errors import one_line
 from ..spec.terms import ELEMENTWISE
 from .actuals import H5Source, MemorySource, NpzSource, Problem, TreeSource, ActualSource
 from .benchmark import BenchmarkUnavailable, float32_benchmark
@@ -321,8 +322,7 @@ def _judge_status(case, code, why, report: Report, source: ActualSource) -> bool
     context = context_of(case.op, case.params)
     said = source.rejection(case.case_id) if code else ""
     if why is not None:
-        report.results.append(_status_row(case, "unreadable", why,
-                                          f"{STATUS_ROW}: unreadable: {why} [{context}]"))
+        report.results.append(_status_row(case, "", "").problem("unreadable", why))
         return True
     if expected is None:
         if code is None or code == 0:
@@ -371,7 +371,7 @@ def elementwise_sum_abs(case, names) -> dict:
         return {}
     if sum(prod(case.inputs[n].shape) for n in case.input_names) > ELEMENTWISE_TERMS_MAX:
         return {}
-    inputs = {n: case.inputs[n][()] for n in case.input_names}
+    inputs = case.input_arrays()
     return record.elementwise_sum_abs(inputs, record.attrs_of(case.params), case.soc or None,
                                       names)
 
@@ -385,7 +385,7 @@ def _judge_case(case, source, opts: JudgeOptions, report: Report, has_status: bo
             lookups[name] = source.lookup(case.case_id, case.op, name, info["dtype"],
                                           info["shape"])
         except Exception as exc:  # a reader bug must not end the run
-            lookups[name] = Problem("unreadable", f"{' '.join(str(exc).split())}")
+            lookups[name] = Problem("unreadable", f"{one_line(exc)}")
     if lookups and not has_status and all(isinstance(v, Problem) and v.status == "missing"
                                           for v in lookups.values()):
         report.not_run.append(NotRun(case.case_id, case.op, source.not_run_reason(case.case_id)
@@ -407,7 +407,7 @@ def _judge_case(case, source, opts: JudgeOptions, report: Report, has_status: bo
         except BenchmarkUnavailable as exc:
             bench_error = str(exc)
         except Exception as exc:  # inputs the spec rejects, and the like
-            bench_error = f"benchmark failed: {' '.join(str(exc).split())}"
+            bench_error = f"benchmark failed: {one_line(exc)}"
     for name in case.output_names:
         try:
             info = infos.get(name) or golden_output_info(case, name)
@@ -416,17 +416,16 @@ def _judge_case(case, source, opts: JudgeOptions, report: Report, has_status: bo
                                 ratio_level=opts.ratio_level)
         except Exception as exc:
             report.results.append(OutputResult(case.case_id, case.op, name, context,
-                                               regenerate=case.regenerate, status="error",
-                                               reason=f"golden metadata: {exc}",
-                                               message=f"{name}: error: golden metadata: {exc} [{context}]"))
+                                               regenerate=case.regenerate)
+                                  .problem("error", f"golden metadata: {exc}"))
             continue
         if bench_error is not None:
             report.results.append(OutputResult(case.case_id, case.op, name, context,
-                                               regenerate=case.regenerate, status="error",
+                                               regenerate=case.regenerate,
                                                comparison_class=info["cls"], dtype=info["dtype_name"],
                                                shape=info["shape"], axes=info["axes"],
-                                               reason=bench_error, rule=rule.describe(),
-                                               message=f"{name}: error: {bench_error} [{context}]"))
+                                               rule=rule.describe())
+                                  .problem("error", bench_error))
             continue
         actual = lookups[name]
         res = judge_output(case, name, actual, rule, opts, context,

@@ -20,6 +20,8 @@ import signal
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 
+from ..spec.errors import one_line
+
 __all__ = ["SCHEDULER_ENV", "WorkerLost", "SchedulerUnavailable", "run", "scheduler_address",
            "worker_count", "balance"]
 
@@ -62,7 +64,7 @@ def _client(address: str):
     try:
         return Client(address, timeout=30)
     except Exception as exc:              # OSError, TimeoutError, a malformed address, ...
-        detail = " ".join(str(exc).split()) or type(exc).__name__
+        detail = one_line(exc)
         raise SchedulerUnavailable(f"cannot reach the Dask scheduler at {address!r}: {detail}") from None
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import ops
 from ..spec.dtypes import dtype_name, resolve_dtype
-from ..spec.errors import AclnnError
+from ..spec.errors import AclnnError, one_line
 from .export import EXPORT_SCHEMA
 from .tensor_files import TensorFileError, bin_spec, npy_spec, read_tensor, sha256_of
 from .user_cases import UNSTATED, InputError, UserCase
@@ -72,7 +72,7 @@ class _Folder:
             with open(path, encoding="utf-8") as fh:
                 doc = json.load(fh)
         except (OSError, ValueError) as exc:
-            self.fail(f"not readable JSON ({' '.join(str(exc).split())})")
+            self.fail(f"not readable JSON ({one_line(exc)})")
         if not isinstance(doc, dict):
             self.fail("must be a JSON object")
         unknown = set(doc) - _FIELDS
@@ -200,7 +200,7 @@ class _Folder:
                               + ("" if dtype or default else ' (or a top-level "dtype")'))
                 spec = bin_spec(path, dtype or default, shape)
         except (TensorFileError, OSError) as exc:
-            raise InputError(" ".join(str(exc).split())) from None
+            raise InputError(one_line(exc)) from None
         if "byte_size" in entry and os.path.getsize(path) != entry["byte_size"]:
             self.fail(f"{name} has {os.path.getsize(path)} bytes but its files entry says "
                       f"byte_size {entry['byte_size']}")

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..spec.dtypes import bfloat16, dtype_name
+from ..spec.errors import one_line
 from .tensor_files import TensorFileError, bits_to_bfloat16, read_npy_header, real_dtype_of
 
 __all__ = ["DumpError", "Dump", "DumpTensor", "NpyData", "STAGES", "FIELDS", "parse_dtype",
@@ -59,9 +60,6 @@ class DumpError(ValueError):
         super().__init__(message)
         self.kind = kind
 
-
-def _one_line(exc) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def parse_dtype(text) -> np.dtype | None:
@@ -196,7 +194,7 @@ class DumpTensor:
             try:
                 arr = np.load(self.path, allow_pickle=False)
             except Exception as exc:
-                self._fail(f"{self.path}: not a readable .npy file ({_one_line(exc)})")
+                self._fail(f"{self.path}: not a readable .npy file ({one_line(exc)})")
         self._check_shape(arr.shape)
         how = _encodes(arr.dtype, self.dtype)
         if not how:
@@ -227,7 +225,7 @@ class DumpTensor:
         try:
             t = torch.load(self.path, map_location="cpu", weights_only=True)
         except Exception as exc:
-            self._fail(f"{self.path}: {_one_line(exc)}")
+            self._fail(f"{self.path}: {one_line(exc)}")
         if not isinstance(t, torch.Tensor):
             self._fail(f"{self.path}: holds a {type(t).__name__}, not a tensor")
         t = t.detach().contiguous()
@@ -236,7 +234,7 @@ class DumpTensor:
         try:
             return t.numpy()
         except TypeError as exc:
-            self._fail(f"{self.path}: tensor of {t.dtype}: {_one_line(exc)}", "dtype_mismatch")
+            self._fail(f"{self.path}: tensor of {t.dtype}: {one_line(exc)}", "dtype_mismatch")
 
 
 class Dump:
@@ -258,7 +256,7 @@ class Dump:
             with open(self.path, encoding="utf-8") as fh:
                 doc = json.load(fh)
         except (OSError, ValueError) as exc:
-            raise DumpError(f"{self.path}: not a readable dump.json ({_one_line(exc)})") from None
+            raise DumpError(f"{self.path}: not a readable dump.json ({one_line(exc)})") from None
         data = doc.get("data") if isinstance(doc, dict) else None
         if not isinstance(data, dict):
             raise DumpError(f"{self.path}: not an msprobe dump.json (no \"data\" object)")

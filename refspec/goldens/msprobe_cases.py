@@ -29,7 +29,7 @@ else:  # pragma: no cover
 
 from .. import ops
 from ..spec.dtypes import dtype_name
-from ..spec.errors import AclnnError
+from ..spec.errors import AclnnError, one_line
 from .msprobe import FIELDS, STAGES, Dump, DumpError, DumpTensor, open_dumps
 from .user_cases import InputError, UserCase
 
@@ -174,7 +174,7 @@ def load_map(path) -> DumpMap:
         raise InputError(f"{path}: {exc.strerror or exc}") from None
     except (ValueError, UnicodeDecodeError) as exc:
         kind = "JSON" if path.lower().endswith(".json") else "TOML"
-        raise InputError(f"{path}: not valid {kind} ({' '.join(str(exc).split())})") from None
+        raise InputError(f"{path}: not valid {kind} ({one_line(exc)})") from None
     return DumpMap(data, path)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from . import index
 from ..spec.dtypes import bfloat16
+from ..spec.errors import one_line
 from .format import (BF16_ENCODING, CASE_SUBGROUPS, CASES_GROUP, INDEX_DATASET, SCHEMA_VERSION,
                      GoldenFileError, UnknownCaseError, case_path, decode_array, read_attrs)
 
@@ -277,6 +278,7 @@ class GoldenCase:
         self._group = group if isinstance(group, h5py.Group) else None
         self._open = None if self._group is not None else group
         self._attrs = None
+        self._input_arrays = None
         meta = json.loads(row.meta) if row is not None and row.meta else None
         if meta is None:
             a = self.attrs
@@ -329,6 +331,12 @@ class GoldenCase:
     @property
     def input_names(self) -> list[str]:
         return list(self.inputs)
+
+    def input_arrays(self) -> dict[str, np.ndarray]:
+        """Every input read whole, by name; read once and kept with this case object."""
+        if self._input_arrays is None:
+            self._input_arrays = {n: self.inputs[n][()] for n in self.input_names}
+        return self._input_arrays
 
     @property
     def output_names(self) -> list[str]:
@@ -468,7 +476,7 @@ def _open_h5(path: str) -> h5py.File:
     try:
         return h5py.File(path, "r")
     except OSError as exc:
-        detail = " ".join(str(exc).split())
+        detail = one_line(exc)
         if "lock" in detail.lower():
             detail = f"locked by another process (being written?): {detail}"
         raise GoldenFileError(f"cannot open the HDF5 file: {detail}", path) from None

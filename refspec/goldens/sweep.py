@@ -34,6 +34,8 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from .. import ops
+from ..ops.nrc import ROPE_TYPES
+from ..ops.rope import MODES
 from ..ops.sampling import DISTRIBUTIONS
 from ..spec.dtypes import dtype_name, resolve_dtype
 from ..spec.enums import RopeMode, RopeType
@@ -49,8 +51,6 @@ __all__ = [
 BUILTIN_SWEEPS = ("smoke", "standard", "full")
 SOC_VALUES = ("A2", "A3", "950", "none")
 DTYPES = ("float16", "bfloat16", "float32", "float64")
-MODES = tuple(m.label for m in RopeMode)
-ROPE_TYPES = tuple(t.name.lower() for t in RopeType)
 
 
 class SweepError(ValueError):

@@ -18,6 +18,7 @@ from math import prod
 import numpy as np
 
 from ..spec.dtypes import bfloat16, dtype_name
+from ..spec.errors import one_line
 
 __all__ = ["TensorFileError", "TensorFile", "read_npy_header", "npy_spec", "bin_spec",
            "read_tensor", "stored_dtype", "real_dtype_of", "bits_to_bfloat16", "sha256_of"]
@@ -38,7 +39,7 @@ def read_npy_header(path: str):
             offset = fh.tell()
     except Exception as exc:  # a corrupt header in any way
         raise TensorFileError(f"{path}: not a readable .npy file "
-                              f"({' '.join(str(exc).split()) or type(exc).__name__})") from None
+                              f"({one_line(exc)})") from None
     if stored.hasobject:
         raise TensorFileError(f"{path}: holds Python objects (pickles are never loaded)")
     return tuple(int(s) for s in shape), bool(fortran), stored, offset

@@ -10,8 +10,8 @@ import numpy as np
 from ..spec import terms
 from ..spec.dtypes import resolve_dtype, round_to, to_float64
 from ..spec.enums import NormType, RopeType
-from ..spec.nrc import (NormRopeConcatGrads, NormRopeConcatOutputs, backward_args, backward_exact,
-                        layer_norm, norm_rope_concat, norm_rope_concat_backward)
+from ..spec.nrc import (BACKWARD_TENSORS, NormRopeConcatGrads, NormRopeConcatOutputs, backward_args,
+                        backward_exact, layer_norm, norm_rope_concat, norm_rope_concat_backward)
 from ..spec.nrc_checks import STREAMS, check_nrc_args
 from .record import Autograd, Operator, Output, SweepAxes, Tensor, TensorPlan, camel_case
 from .sampling import NRC_VENDOR, draw, draw_tables, dtype_max
@@ -221,13 +221,15 @@ def _attrs_of(forward: bool):
 
 
 def _check(forward: bool):
-    names = _FORWARD_INPUTS if forward else _BACKWARD_INPUTS
-    function, primary = (("norm_rope_concat", "query") if forward
-                         else ("norm_rope_concat_backward", "grad_query_output"))
+    """The validation the spec function itself runs (the same rules in the same order)."""
+    if not forward:
+        def check(inputs: dict, attrs: dict, soc) -> None:
+            backward_args({n: inputs.get(n) for n in BACKWARD_TENSORS}, attrs, soc)
+        return check
 
     def check(inputs: dict, attrs: dict, soc) -> None:
-        check_nrc_args(function, primary, {n: inputs.get(n) for n in names},
-                       {**dict(eps=1e-5, is_training=False), **attrs}, soc, backward=not forward)
+        check_nrc_args("norm_rope_concat", "query", {n: inputs.get(n) for n in _FORWARD_INPUTS},
+                       {**dict(eps=1e-5, is_training=False), **attrs}, soc, backward=False)
     return check
 
 

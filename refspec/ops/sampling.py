@@ -48,8 +48,9 @@ __all__ = ["DISTRIBUTIONS", "ROLES", "PAIRINGS", "ROPE_BASE", "Vendor", "ROPE_VE
            "smallest_subnormal"]
 
 DISTRIBUTIONS = ("random", "rotary", "vendor", "position-coded", "special")
-#: what a tensor is to the operator: it decides the value range of most distributions
-ROLES = ("data", "grad", "weight", "bias")
+#: what a tensor is to the operator: it decides the value range of most distributions (tables
+#: and statistics are made by the records from the other inputs, not drawn)
+ROLES = ("data", "grad", "weight", "bias", "table", "stats")
 #: how the frequencies of a rotary table repeat along D
 PAIRINGS = ("half", "interleave", "quarter", "element")
 ROPE_BASE = 10000.0

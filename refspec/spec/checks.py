@@ -52,7 +52,7 @@ def as_tensor(value, name: str, ctx: str, soc: str | None) -> np.ndarray:
     allowed = DEVICE_DTYPES if soc is not None else MATH_DTYPES
     if arr.dtype in allowed:
         return arr
-    if soc is None and arr.dtype.kind in "iub" and arr.dtype != np.dtype(object):
+    if soc is None and arr.dtype.kind in "iub":
         return arr.astype(np.float64)
     names = ", ".join(dtype_name(d) for d in allowed)
     raise ParamInvalidError(f"{name}: dtype {dtype_name(arr.dtype)} is not allowed; allowed: {names} [{ctx}]")

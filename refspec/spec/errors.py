@@ -79,3 +79,10 @@ def error_class_for_code(code: int) -> type[AclnnError]:
         if cls.code == int(code):
             return cls
     raise KeyError(f"unknown aclnn status code {code}")
+
+
+def one_line(value) -> str:
+    """``value`` (an exception or a message) as one line of text for an error message; an
+    exception without a message gives its type's name."""
+    text = " ".join(str(value).split())
+    return text or (type(value).__name__ if isinstance(value, BaseException) else "")
