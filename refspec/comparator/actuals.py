@@ -24,6 +24,8 @@ import numpy as np
 from .. import ops
 from ..goldens.export import STATUS_FILE
 from ..goldens.format import BF16_ENCODING
+from ..goldens.tensor_files import (TensorFileError, bits_to_bfloat16, read_npy_header,
+                                    real_dtype_of, size_hint, stored_dtype)
 from ..spec.dtypes import bfloat16, dtype_name
 from ..spec.errors import one_line
 from .blocks import thread_buffer
@@ -114,9 +116,7 @@ def _decode(raw: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if raw.dtype == dtype:
         return raw
     if dtype == bfloat16 and raw.dtype.kind != "f":
-        raw = np.ascontiguousarray(raw)
-        bits = raw.view("<u2") if raw.dtype.kind == "V" else raw.astype(np.uint16, copy=False)
-        return np.ascontiguousarray(bits, dtype=np.uint16).view(bfloat16)
+        return bits_to_bfloat16(raw)
     return raw.astype(dtype)
 
 
@@ -125,15 +125,13 @@ def decode_dtype(stored: np.dtype, golden: np.dtype) -> str | None:
     be stored as bfloat16, uint16 bits or 2-byte void; other dtypes as themselves in either byte
     order."""
     stored = np.dtype(stored)
+    if real_dtype_of(stored, golden) is not None:
+        return None
     if golden == bfloat16:
-        if stored == bfloat16 or (stored.kind in "uV" and stored.itemsize == 2 and not stored.fields):
-            return None
         hint = ("; float16 and bfloat16 are both 2 bytes: was float16 written where bfloat16 "
                 "is expected?" if stored.kind == "f" and stored.itemsize == 2 else "")
         return (f"dtype {_name(stored)} but the golden output is bfloat16 "
                 f"(accepted: bfloat16, uint16 bits, 2-byte void){hint}")
-    if stored.kind == "f" and stored.itemsize == golden.itemsize and stored != bfloat16:
-        return None
     hint = ""
     if golden == np.dtype(np.float16) and stored.itemsize == 2:
         hint = ("; bfloat16 is saved as uint16 bits or a 2-byte void, and float16 and bfloat16 "
@@ -166,17 +164,9 @@ def file_names(output: str, op: str | None) -> list[str]:
 def open_npy(path: str, golden_dtype: np.dtype, golden_shape, source: str):
     """A ``.npy`` file as an ActualArray (data read in blocks) or a Problem."""
     try:
-        with open(path, "rb") as fh:
-            version = np.lib.format.read_magic(fh)
-            if version == (1, 0):
-                shape, fortran, stored = np.lib.format.read_array_header_1_0(fh)
-            else:
-                shape, fortran, stored = np.lib.format.read_array_header_2_0(fh)
-            offset = fh.tell()
-    except Exception as exc:  # a corrupt header in any way
-        return Problem("unreadable", f"{path}: not a readable .npy file ({one_line(exc)})", source)
-    if stored.hasobject:
-        return Problem("unreadable", f"{path}: holds Python objects (pickles are never loaded)", source)
+        shape, fortran, stored, offset = read_npy_header(path)
+    except TensorFileError as exc:
+        return Problem("unreadable", str(exc), source)
     problem = _mismatch(source, stored, shape, golden_dtype, golden_shape, where=path)
     if problem is not None:
         return problem
@@ -196,7 +186,7 @@ def open_npy(path: str, golden_dtype: np.dtype, golden_shape, source: str):
 
 def open_bin(path: str, golden_dtype: np.dtype, golden_shape, source: str):
     """A raw ``.bin`` (dtype and shape from the golden) as an ActualArray or a Problem."""
-    stored = np.dtype(np.uint16 if golden_dtype == bfloat16 else golden_dtype).newbyteorder("<")
+    stored = stored_dtype(golden_dtype)
     try:
         size = os.path.getsize(path)
         with open(path, "rb"):
@@ -205,13 +195,10 @@ def open_bin(path: str, golden_dtype: np.dtype, golden_shape, source: str):
         return Problem("unreadable", f"{path}: {exc.strerror or one_line(exc)}", source)
     need = prod(golden_shape) * stored.itemsize
     if size != need:
-        hint = ""
-        if size and need and size % prod(golden_shape or (1,)) == 0 and size != need:
-            per = size // max(prod(golden_shape), 1)
-            hint = f"; {per} bytes per element, as if written in a {per * 8}-bit dtype"
         return Problem("size_mismatch",
                        f"{path}: {_size_text(size)}, expected {_size_text(need)} for shape "
-                       f"{tuple(golden_shape)} {dtype_name(golden_dtype)}{hint}", source)
+                       f"{tuple(golden_shape)} {dtype_name(golden_dtype)}"
+                       f"{size_hint(size, prod(golden_shape))}", source)
     return RawFileActual(source, path, 0, stored, golden_shape, golden_dtype)
 
 

@@ -11,14 +11,13 @@ from __future__ import annotations
 import os
 
 from .. import goldens
-from ..goldens.msprobe import (Dump, DumpError, NpyData, find_dumps, is_msprobe_dir,
-                               parse_dtype)
+from ..goldens.msprobe import Dump, DumpError, find_dumps, is_msprobe_dir
+from ..goldens.tensor_files import TensorFile
 from ..spec.dtypes import dtype_name
 from .actuals import ActualSource, ArrayActual, Problem, RawFileActual
 from .mapping import Mapping, load_mapping
 
-__all__ = ["MsprobeSource", "golden_mapping", "msprobe_source", "find_dumps", "is_msprobe_dir",
-           "parse_dtype"]
+__all__ = ["MsprobeSource", "golden_mapping", "msprobe_source", "find_dumps", "is_msprobe_dir"]
 
 
 def golden_mapping(golden) -> Mapping:
@@ -122,7 +121,7 @@ class MsprobeSource(ActualSource):
             found = tensor.locate()
         except DumpError as exc:
             return Problem(exc.kind, str(exc), src)
-        if isinstance(found, NpyData):
+        if isinstance(found, TensorFile):
             return RawFileActual(src, found.path, found.offset, found.stored, found.shape,
                                  found.dtype)
         return ArrayActual(src, found, found.dtype)

@@ -59,12 +59,6 @@ class CaseData:
     def negative(self) -> bool:
         return self.error is not None
 
-    @property
-    def nbytes(self) -> int:
-        arrays = [*self.inputs.values(), *self.expected.values(), *self.exact.values(),
-                  *(t.sum_abs for t in self.terms.values() if t.sum_abs is not None)]
-        return sum(a.nbytes for a in arrays)
-
     def writer_kwargs(self, regenerate: str = "") -> dict:
         """Keyword arguments of GoldenWriter.write_case (after the case id)."""
         return dict(op=self.op, params=self.params, seed=self.seed, soc=self.soc,

@@ -18,8 +18,6 @@ from ..spec.terms import norm_rope_concat_backward_terms, rope_grad_terms
 
 __all__ = ["rope_grad_case", "nrc_backward_case"]
 
-_PY = "python -c"  # placeholder prefix of the example regenerate commands
-
 
 def rope_grad_case(B=2, N=4, S=16, D=32, dtype="float32", mode=0, with_x=True, seed=0,
                    soc=None) -> dict:

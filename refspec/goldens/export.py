@@ -33,6 +33,7 @@ from . import executors
 from .atomic import write_chunks_atomic
 from .format import GoldenFileError, UnknownCaseError, check_case_id
 from .read import GoldenCase, GoldenFile, LazyArray
+from .tensor_files import stored_dtype
 
 __all__ = ["FORMATS", "ExportError", "ExportedFile", "select_cases", "export_cases", "case_dir"]
 
@@ -40,6 +41,7 @@ FORMATS = ("bin", "npy")
 EXPORT_SCHEMA = "refspec-export/1"
 #: the file the harness writes with the status its kernel returned (refspec compare reads it)
 STATUS_FILE = "status.json"
+CASE_JSON = "case.json"
 BLOCK_BYTES = 64 << 20
 
 
@@ -102,11 +104,6 @@ def plan_files(case: GoldenCase, fmt: str) -> list[ExportedFile]:
     return files
 
 
-def _stored_dtype(arr: LazyArray) -> np.dtype:
-    dt = np.dtype(np.uint16) if arr.dtype == bfloat16 else np.dtype(arr.dtype)
-    return dt.newbyteorder("<") if dt.itemsize > 1 else dt
-
-
 def _npy_header(dtype: np.dtype, shape) -> bytes:
     import io
     buf = io.BytesIO()
@@ -134,7 +131,7 @@ def _stored_blocks(arr: LazyArray, files: dict):
                     raise GoldenFileError(f"{path}: ended early reading dataset {arr.name}")
                 yield data
         return
-    dt = _stored_dtype(arr)
+    dt = stored_dtype(arr.dtype)
     for _, block in arr.blocks(BLOCK_BYTES):
         raw = np.ascontiguousarray(block)
         if raw.dtype == bfloat16:
@@ -144,17 +141,17 @@ def _stored_blocks(arr: LazyArray, files: dict):
 
 def write_array_file(path: str, arr: LazyArray, fmt: str, files: dict | None = None) -> tuple[int, str]:
     """Write one array to ``path`` (temporary name, then rename); returns (bytes, sha256)."""
-    header = [_npy_header(_stored_dtype(arr), arr.shape)] if fmt == "npy" else []
+    header = [_npy_header(stored_dtype(arr.dtype), arr.shape)] if fmt == "npy" else []
     return write_chunks_atomic(path, itertools.chain(header, _stored_blocks(arr, files)))
 
 
 def case_description(case: GoldenCase, gf: GoldenFile, fmt: str, written: dict,
-                     planned: list[ExportedFile] | None = None) -> dict:
-    """The content of case.json; ``written`` maps file names to (byte size, sha256);
-    ``planned`` is ``plan_files`` of the case when already made."""
+                     planned: list[ExportedFile]) -> dict:
+    """The content of case.json; ``planned`` is ``plan_files`` of the case, ``written`` maps
+    their file names to (byte size, sha256)."""
     op = operator_of(case)
     files = []
-    for f in planned or plan_files(case, fmt):
+    for f in planned:
         arr = f.array
         size, sha = written[f.file_name]
         entry = {"name": f.file_name, "role": f.role, "python_name": f.python_name,
@@ -253,7 +250,7 @@ def _export_group(task) -> int:
                 written = {f.file_name: write_array_file(os.path.join(d, f.file_name), f.array,
                                                          fmt, files) for f in planned}
                 desc = case_description(case, gf, fmt, written, planned)
-                write_chunks_atomic(os.path.join(d, "case.json"), [case_json(desc).encode("utf-8")])
+                write_chunks_atomic(os.path.join(d, CASE_JSON), [case_json(desc).encode("utf-8")])
         finally:
             for fd in files.values():
                 os.close(fd)
@@ -263,4 +260,4 @@ def _export_group(task) -> int:
 def _targets(case: GoldenCase, out_dir: str, fmt: str) -> list[str]:
     """The files exporting ``case`` writes."""
     d = case_dir(out_dir, case.case_id)
-    return [os.path.join(d, f.file_name) for f in plan_files(case, fmt)] + [os.path.join(d, "case.json")]
+    return [os.path.join(d, f.file_name) for f in plan_files(case, fmt)] + [os.path.join(d, CASE_JSON)]

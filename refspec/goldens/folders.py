@@ -25,13 +25,12 @@ import numpy as np
 from .. import ops
 from ..spec.dtypes import dtype_name, resolve_dtype
 from ..spec.errors import AclnnError, one_line
-from .export import EXPORT_SCHEMA
+from .export import CASE_JSON, EXPORT_SCHEMA
 from .tensor_files import TensorFileError, bin_spec, npy_spec, read_tensor, sha256_of
 from .user_cases import UNSTATED, InputError, UserCase
 
 __all__ = ["CASE_JSON", "find_folders", "describe_folder", "describe_folders"]
 
-CASE_JSON = "case.json"
 _EXTENSIONS = (".bin", ".npy")
 _FIELDS = {"schema", "case_id", "operator", "aclnn_operator", "parameters", "attributes", "seed",
            "soc", "distribution", "expected_error", "expected_code", "status_file", "regenerate",
@@ -214,8 +213,7 @@ class _Folder:
         entries = self.entries()
         stems = {}
         for t in op.inputs:
-            for stem in (op.aclnn_name(t.name), t.name,
-                         *(a for a, s in op.file_aliases.items() if s == op.aclnn_name(t.name))):
+            for stem in op.file_stems(t.name):
                 stems.setdefault(stem, t.name)
         outputs = {stem for o in op.outputs for stem in op.file_stems(o.name)}
         found: dict = {}

@@ -12,7 +12,6 @@ import json
 import os
 from math import prod
 
-import h5py
 import numpy as np
 
 from ..spec.dtypes import bfloat16, dtype_name
@@ -21,7 +20,7 @@ __all__ = [
     "SCHEMA_VERSION", "CASES_GROUP", "CHUNK_BYTES", "MIN_CHUNKED_BYTES", "INDEX_DATASET", "CASE_SUBGROUPS", "BF16_ENCODING",
     "COMPRESSIONS", "DEFAULT_COMPRESSION", "DEFAULT_GZIP_LEVEL", "LIBVER",
     "GoldenFileError", "GoldenFileExistsError", "GoldenFileDamagedError", "UnknownCaseError",
-    "part_path", "encode_array", "decode_array", "real_dtype", "chunk_shape",
+    "part_path", "encode_array", "decode_array", "chunk_shape",
     "compression_filters", "case_path", "check_case_id", "to_jsonable", "attr_value",
     "read_attrs", "atomic_replace",
 ]
@@ -102,13 +101,6 @@ def encode_array(arr) -> tuple[np.ndarray, dict]:
         raise TypeError(f"cannot store an array of dtype {arr.dtype} (allowed: float16, bfloat16, "
                         "float32, float64 and native integers)")
     return arr, {"dtype": dtype_name(arr.dtype)}
-
-
-def real_dtype(ds: h5py.Dataset) -> np.dtype:
-    """The dtype a dataset decodes to (bfloat16 for ``encoding="bfloat16-bits"``)."""
-    if ds.attrs.get("encoding") == BF16_ENCODING:
-        return bfloat16
-    return ds.dtype
 
 
 def decode_array(raw, encoding) -> np.ndarray:

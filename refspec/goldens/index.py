@@ -71,8 +71,15 @@ def append(f: h5py.File, rows: list[Row]) -> None:
         ds[m:] = np.array([r[i] for r in rows], dtype=dtype)
 
 
+def _column(ds: h5py.Dataset) -> list:
+    """A whole 1-D dataset as Python values (str for strings), decoded in one call."""
+    if h5py.check_string_dtype(ds.dtype) is not None:
+        return ds.asstr()[()].tolist()
+    return ds[()].tolist()
+
+
 def read_ids(f: h5py.File) -> list[str]:
-    return [s.decode("utf-8") if isinstance(s, bytes) else str(s) for s in f[INDEX_DATASET][()]]
+    return _column(f[INDEX_DATASET])
 
 
 def read_rows(f: h5py.File, ids: list[str]) -> list[Row | None]:
@@ -80,14 +87,14 @@ def read_rows(f: h5py.File, ids: list[str]) -> list[Row | None]:
     if SUMMARY_GROUP not in f:
         return [None] * len(ids)
     group = f[SUMMARY_GROUP]
-    columns = [group[name][()] if name in group else [""] * len(ids) for name, _ in COLUMNS]
+    columns = [_column(group[name]) if name in group else [""] * len(ids) for name, _ in COLUMNS]
     n = min(len(c) for c in columns)
     out: list[Row | None] = []
     for i, case_id in enumerate(ids):
         if i >= n:
             out.append(None)
             continue
-        values = [attr_value(c[i]) for c in columns]
+        values = [c[i] for c in columns]
         out.append(Row(case_id, *values[:3], bool(values[3]), int(values[4]), int(values[5]),
                        values[6]))
     return out

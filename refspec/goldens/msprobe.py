@@ -29,15 +29,15 @@ import glob
 import json
 import os
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..spec.dtypes import bfloat16, dtype_name
 from ..spec.errors import one_line
-from .tensor_files import TensorFileError, bits_to_bfloat16, read_npy_header, real_dtype_of
+from .tensor_files import (TensorFile, TensorFileError, bits_to_bfloat16, read_npy_header,
+                           real_dtype_of)
 
-__all__ = ["DumpError", "Dump", "DumpTensor", "NpyData", "STAGES", "FIELDS", "parse_dtype",
+__all__ = ["DumpError", "Dump", "DumpTensor", "STAGES", "FIELDS", "parse_dtype",
            "find_dumps", "is_msprobe_dir", "split_record", "open_dumps"]
 
 STAGES = ("forward", "backward")
@@ -99,18 +99,6 @@ def _number(part: str, prefixes) -> int | None:
     return None
 
 
-@dataclass(frozen=True)
-class NpyData:
-    """Where a .npy file's values are, for reading them in blocks: the file, the data offset,
-    the stored dtype, the shape and the real dtype they decode to (C order only)."""
-
-    path: str
-    offset: int
-    stored: np.dtype
-    shape: tuple
-    dtype: np.dtype
-
-
 def _encodes(stored: np.dtype, real: np.dtype) -> str:
     """How ``stored`` holds values of ``real``: "same", "bits" (bfloat16 as uint16 or V2),
     "wider" (bfloat16 saved as float32 or float64, as MindSpore saves it) or "" (it cannot)."""
@@ -162,7 +150,7 @@ class DumpTensor:
                        "shape_mismatch")
 
     def locate(self):
-        """An ``NpyData`` for a C-order .npy file (read in blocks), else the whole array
+        """A ``TensorFile`` for a C-order .npy file (read in blocks), else the whole array
         in the declared dtype (``load``). DumpError for anything that cannot be read."""
         self._check()
         if not self.data_name.endswith(".npy"):
@@ -175,13 +163,13 @@ class DumpTensor:
         if not _encodes(stored, self.dtype):
             self._fail(f"{self.path} holds {stored} values, which cannot encode the "
                        f"{dtype_name(self.dtype)} that dump.json declares", "dtype_mismatch")
-        need = int(np.prod(shape, dtype=np.int64)) * stored.itemsize
+        found = TensorFile(self.path, self.dtype, shape, offset, stored)
         have = os.path.getsize(self.path) - offset
-        if have < need:
-            self._fail(f"{self.path}: truncated: {have} bytes of data, expected {need}")
+        if have < found.nbytes:
+            self._fail(f"{self.path}: truncated: {have} bytes of data, expected {found.nbytes}")
         if fortran and len(shape) > 1:
             return self.load()
-        return NpyData(self.path, offset, stored, shape, self.dtype)
+        return found
 
     def load(self, exact: bool = True) -> np.ndarray:
         """The whole tensor in its declared dtype. bfloat16 saved as float32 (MindSpore) must

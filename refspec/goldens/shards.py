@@ -19,14 +19,13 @@ from __future__ import annotations
 import json
 import os
 from contextlib import ExitStack
-from datetime import datetime, timezone
 
 import h5py
 
 from . import index
 from .format import GoldenFileError, GoldenFileExistsError, atomic_replace, case_path, part_path
 from .read import GoldenFile
-from .write import SWEEP_ATTRS, create_golden_file, require_case_parent
+from .write import SWEEP_ATTRS, create_golden_file, require_case_parent, utc_now
 
 __all__ = ["merge", "pack", "write_index", "shard_label"]
 
@@ -34,10 +33,6 @@ __all__ = ["merge", "pack", "write_index", "shard_label"]
 _SAME = ("schema_version", "refspec_version", *SWEEP_ATTRS, "tier")
 #: root attributes that describe one file of a set, not the joined file
 _OWN = ("complete", "created", "shard", "part", "parts", "merged_from", "partial")
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def shard_label(gf: GoldenFile) -> tuple[int, int] | None:
@@ -162,7 +157,7 @@ def merge(out_path, shard_paths, force: bool = False, allow_partial: bool = Fals
         shards = [stack.enter_context(GoldenFile(p)) for p in shard_paths]
         problems = _check_shards(shards, allow_partial)
         root = {k: v for k, v in shards[0].attrs.items() if k not in _OWN}
-        root.update(created=_now(), merged_from=json.dumps([os.path.basename(s.path) for s in shards]))
+        root.update(created=utc_now(), merged_from=json.dumps([os.path.basename(s.path) for s in shards]))
         if problems:
             root["partial"] = "; ".join(problems)
         rows = {r.case_id: r for s in shards for r in s.summary()}

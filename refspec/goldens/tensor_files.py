@@ -21,7 +21,8 @@ from ..spec.dtypes import bfloat16, dtype_name
 from ..spec.errors import one_line
 
 __all__ = ["TensorFileError", "TensorFile", "read_npy_header", "npy_spec", "bin_spec",
-           "read_tensor", "stored_dtype", "real_dtype_of", "bits_to_bfloat16", "sha256_of"]
+           "read_tensor", "stored_dtype", "real_dtype_of", "bits_to_bfloat16", "sha256_of",
+           "size_hint"]
 
 
 class TensorFileError(ValueError):
@@ -110,22 +111,23 @@ def npy_spec(path: str, dtype: np.dtype | None = None, shape=None) -> TensorFile
     return spec
 
 
-def bin_spec(path: str, dtype: np.dtype | None, shape) -> TensorFile:
+def size_hint(size: int, elements: int) -> str:
+    """For a raw file of ``size`` bytes that should hold ``elements`` values of another
+    width: what width it was written in, when that divides evenly ("" otherwise)."""
+    if not (size and elements) or size % elements:
+        return ""
+    per = size // elements
+    return f"; {per} bytes per element, as if written in a {per * 8}-bit dtype"
+
+
+def bin_spec(path: str, dtype: np.dtype, shape) -> TensorFile:
     """Describe a raw .bin file of ``dtype`` and ``shape``, checking its byte size."""
-    if dtype is None or shape is None:
-        missing = " and ".join(w for w, v in (("dtype", dtype), ("shape", shape)) if v is None)
-        raise TensorFileError(f"{path}: a raw .bin file has no header: give its {missing}")
-    stored = stored_dtype(dtype)
-    spec = TensorFile(path, np.dtype(dtype), tuple(int(s) for s in shape), 0, stored)
+    spec = TensorFile(path, np.dtype(dtype), tuple(int(s) for s in shape), 0, stored_dtype(dtype))
     size = os.path.getsize(path)
     if size != spec.nbytes:
-        hint = ""
-        n = prod(spec.shape)
-        if n and size % n == 0 and size != spec.nbytes:
-            per = size // n
-            hint = f"; {per} bytes per element, as if written in a {per * 8}-bit dtype"
         raise TensorFileError(f"{path}: {size} bytes, expected {spec.nbytes} for "
-                              f"{_shape_text(spec.shape, dtype)}{hint}")
+                              f"{_shape_text(spec.shape, dtype)}"
+                              f"{size_hint(size, prod(spec.shape))}")
     return spec
 
 

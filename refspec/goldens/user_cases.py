@@ -111,9 +111,7 @@ def write_user_cases(out, cases: list[UserCase], *, sweep_name: str, sweep_defin
         summary.nbytes = writer.bytes_written
         writer.close()
     except BaseException:        # nothing half-written stays: the .part is this run's own
-        writer.abort()
-        if os.path.exists(writer.part_path):
-            os.remove(writer.part_path)
+        writer.discard()
         raise
     summary.file_bytes = os.path.getsize(summary.path) if os.path.exists(summary.path) else 0
     summary.seconds = time.perf_counter() - start

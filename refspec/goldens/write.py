@@ -123,7 +123,8 @@ def _describe(filters: dict) -> str:
     return name + ("+shuffle" if filters.get("shuffle") else "")
 
 
-def _now() -> str:
+def utc_now() -> str:
+    """The current UTC time as the ``created`` attribute spells it (2026-12-01T21:42:19Z)."""
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
@@ -143,15 +144,21 @@ def create_golden_file(path, root_attrs: dict) -> h5py.File:
     return f
 
 
+def _case_plist() -> h5p.PropGCID:
+    gcpl = h5p.create(h5p.GROUP_CREATE)
+    gcpl.set_link_creation_order(_ORDER)
+    gcpl.set_attr_creation_order(_ORDER)
+    gcpl.set_attr_phase_change(64, 48)
+    return gcpl
+
+
+_CASE_GCPL = _case_plist()
+
+
 def create_case_group(parent: h5py.Group, name: str) -> h5py.Group:
     """A case group: creation-ordered, with its ~20 attributes kept in the object header
     (HDF5 moves more than 8 attributes to a fractal heap of ~3 KiB per group by default)."""
-    gcpl = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
-    order = h5py.h5p.CRT_ORDER_TRACKED | h5py.h5p.CRT_ORDER_INDEXED
-    gcpl.set_link_creation_order(order)
-    gcpl.set_attr_creation_order(order)
-    gcpl.set_attr_phase_change(64, 48)
-    return h5py.Group(h5py.h5g.create(parent.id, name.encode("utf-8"), gcpl=gcpl))
+    return h5py.Group(h5py.h5g.create(parent.id, name.encode("utf-8"), gcpl=_CASE_GCPL))
 
 
 def require_case_parent(f: h5py.File, case_id: str) -> h5py.Group:
@@ -187,7 +194,7 @@ class GoldenWriter:
         self._root_attrs = {
             "schema_version": SCHEMA_VERSION, "refspec_version": __version__,
             "numpy_version": np.__version__, "h5py_version": h5py.__version__,
-            "hdf5_version": h5py.version.hdf5_version, "created": _now(), **self._sweep,
+            "hdf5_version": h5py.version.hdf5_version, "created": utc_now(), **self._sweep,
             "compression": _describe(self._filters), **(extra_attrs or {})}
         self._file: h5py.File | None = None
         self._reopen_complete = False     # resume of a complete file: moved to .part on first write
@@ -265,12 +272,15 @@ class GoldenWriter:
                                   "/cases); use --force to start over", f.filename)
         ids = index.read_ids(f)
         rows = index.read_rows(f, ids)
-        kept = [(c, r) for c, r in zip(ids, rows)
-                if case_path(c) in f and f[case_path(c)].attrs.get("written", False)]
-        if repair and (len(kept) != len(ids) or any(r is None for _, r in kept)):
+        kept = []                         # (case id, its index row or None, its group)
+        for c, r in zip(ids, rows):
+            g = f.get(case_path(c))
+            if g is not None and g.attrs.get("written", False):
+                kept.append((c, r, g))
+        if repair and (len(kept) != len(ids) or any(r is None for _, r, _ in kept)):
             # entries whose group was lost are forgotten; missing summary rows are recomputed
-            index.rewrite(f, [r or index.row_of_case(c, f[case_path(c)]) for c, r in kept])
-        self._written = [c for c, _ in kept]
+            index.rewrite(f, [r or index.row_of_case(c, g) for c, r, g in kept])
+        self._written = [c for c, _, _ in kept]
         self._done = set(self._written)
 
     def _make_writable(self) -> None:
@@ -313,7 +323,8 @@ class GoldenWriter:
         exact = {k: v for k, v in (exact or {}).items() if v is not None}
         terms, axes = dict(terms or {}), dict(axes or {})
         self._check_outputs(case_id, expected, exact, terms, axes, expected_error)
-        params_json = dumps_params(params)
+        jsonable = to_jsonable(params)
+        params_json = dumps_params(jsonable)
 
         self._make_writable()
         f = self._file
@@ -326,8 +337,7 @@ class GoldenWriter:
         self._partial.add(case_id)      # until it is complete (a failed attempt is redone)
         g = create_case_group(parent, leaf)
         attrs = {}
-        for k, v in params.items():
-            v = to_jsonable(v)
+        for k, v in jsonable.items():
             if isinstance(v, (str, int, float, bool)) and k not in _RESERVED_CASE_ATTRS:
                 attrs[k] = v
         attrs.update(
@@ -357,7 +367,7 @@ class GoldenWriter:
         dtype = params.get("dtype") or next((dtype_name(np.asarray(v).dtype) for v in inputs.values()), "")
         error = (None if expected_error is None else
                  [attrs["expected_error_code"], attrs["expected_error_status"], attrs["expected_error_message"]])
-        meta = json.dumps({"params": json.loads(params_json), "seed": int(seed),
+        meta = json.dumps({"params": jsonable, "seed": int(seed),
                            "distribution": str(distribution), "error": error,
                            "regenerate": str(regenerate), "arrays": datasets},
                           separators=(",", ":"), allow_nan=True)
@@ -522,6 +532,15 @@ class GoldenWriter:
             f.close()
         if not self._reopen_complete:
             fsync_path(self.part_path)
+
+    def discard(self) -> None:
+        """Close without completing and remove this run's ``.part`` file: nothing is kept
+        (for a run that cannot be resumed, such as one made from the user's own inputs)."""
+        if self._file is not None:
+            f, self._file = self._file, None
+            f.close()
+        if os.path.exists(self.part_path):
+            os.remove(self.part_path)
 
     def __enter__(self):
         return self

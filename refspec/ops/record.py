@@ -193,8 +193,8 @@ class Operator:
         raise KeyError(f"unknown tensor name {name!r} for {self.function}")
 
     def file_stems(self, name: str) -> list[str]:
-        """The file stems a kernel may write an output under: the aclnn name, the spec's name,
-        and the aclnn spellings with suffixes (``dxOut``)."""
+        """The file stems a tensor may be written under: the aclnn name, the spec's name, and
+        the aclnn spellings with suffixes (``dxOut``)."""
         stems = list(dict.fromkeys((self.aclnn_name(name), name)))
         stems += [alias for alias, stem in self.file_aliases.items()
                   if stem in stems and alias not in stems]
