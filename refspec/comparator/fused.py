@@ -27,6 +27,8 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from .metrics import ELEMENT, FLOATS, INTS, NBINS
+
 __all__ = ["fused_block", "KIND", "FLAGS", "PARAMS", "INTS", "FLOATS", "ELEMENT",
            "CHUNK"]
 
@@ -38,17 +40,10 @@ FLAGS = ("has_rule", "bitwise", "has_rtol", "data_atol", "hard_bound", "rounding
 #: positions in the float64 ``params`` argument
 PARAMS = ("rtol", "atol", "c_sqrt_k", "gamma", "underflow", "gate_slack", "gamma_e",
           "eval_underflow", "overflow", "sv", "e_small", "mant", "lowest")
-#: positions in the int64 ``ints`` result
-INTS = ("n_numeric", "failures", "n_small", "small_errors", "n_rel", "n_special", "n_top")
-#: positions in the float64 ``floats`` result
-FLOATS = ("max_badness", "max_abs_small", "sum_d2", "sum_ag", "sum_a2", "sum_g2", "sum_rel")
-#: columns of an element row: (local flat index, actual, golden, |a - g|, ulps, badness)
-ELEMENT = ("flat", "actual", "golden", "abs_err", "ulps", "badness")
 
 _MANT64 = (1 << 52) - 1
 _EXP_MASK = 0x7FF
 _LO = 1022                 # biased exponent of the histogram's bin (0, 1/2]
-_NBINS = 24                # ulp histogram bins (refspec.comparator.metrics)
 
 
 def _bitcast(src, dst, llvm_dst):
@@ -225,7 +220,7 @@ def _bin(ulps):
     raw = (_f64_bits(ulps) + _MANT64) >> 52
     bx = raw - _LO + 1
     bx = 1 if bx < 1 else bx
-    bx = _NBINS - 1 if bx > _NBINS - 1 else bx
+    bx = NBINS - 1 if bx > NBINS - 1 else bx
     return 0 if raw == 0 else bx
 
 

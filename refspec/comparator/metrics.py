@@ -19,7 +19,15 @@ __all__ = ["Accumulator", "Metrics", "Element", "FusedBlock", "ULP_BIN_EXPONENTS
 
 #: ulp histogram bins: exact 0, then (2^(k-1), 2^k] for k = -1 .. 20, then > 2^20
 ULP_BIN_EXPONENTS = tuple(range(-1, 21))
-_NBINS = len(ULP_BIN_EXPONENTS) + 2
+NBINS = len(ULP_BIN_EXPONENTS) + 2
+
+# The layout of the fused pass's results (refspec.comparator.fused), which FusedBlock holds:
+#: positions in the int64 ``ints`` result
+INTS = ("n_numeric", "failures", "n_small", "small_errors", "n_rel", "n_special", "n_top")
+#: positions in the float64 ``floats`` result
+FLOATS = ("max_badness", "max_abs_small", "sum_d2", "sum_ag", "sum_a2", "sum_g2", "sum_rel")
+#: columns of an element row: (local flat index, actual, golden, |a - g|, ulps, badness)
+ELEMENT = ("flat", "actual", "golden", "abs_err", "ulps", "badness")
 
 
 def ulp_bin_labels() -> list[str]:
@@ -101,7 +109,7 @@ class Metrics:
     n_small: int = 0
     small_errors: int = 0                  # small elements with |a - g| > E
     max_abs_small: float | None = None
-    ulp_hist: list[int] = field(default_factory=lambda: [0] * _NBINS)
+    ulp_hist: list[int] = field(default_factory=lambda: [0] * NBINS)
     worst: list[Element] = field(default_factory=list)
     heatmap: np.ndarray | None = None
 
@@ -145,11 +153,11 @@ class FusedBlock:
 
     def __init__(self, flat0: int, n: int, top: int):
         self.flat0, self.n = flat0, n
-        self.ints = np.zeros(7, np.int64)
-        self.floats = np.zeros(7, np.float64)
-        self.hist = np.zeros(_NBINS, np.int64)
-        self.top = np.zeros((max(top, 1), 6), np.float64)
-        self.elems = np.zeros((2, 6), np.float64)
+        self.ints = np.zeros(len(INTS), np.int64)
+        self.floats = np.zeros(len(FLOATS), np.float64)
+        self.hist = np.zeros(NBINS, np.int64)
+        self.top = np.zeros((max(top, 1), len(ELEMENT)), np.float64)
+        self.elems = np.zeros((2, len(ELEMENT)), np.float64)
         self.special = np.empty(min(n, self.SPECIAL_CAP), np.int64)
         self.special_values = None
         self.arrays = None

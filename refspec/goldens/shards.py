@@ -123,9 +123,10 @@ def _copy_cases(out_path: str, root: dict, order: list[tuple[GoldenFile, str]],
     tmp = part_path(out_path)
     f = create_golden_file(tmp, root)
     try:
+        parents: dict = {}
         for gf, case_id in order:
             group = gf.case_group(case_id)
-            parent = require_case_parent(f, case_id)
+            parent = require_case_parent(f, case_id, parents)
             group.file.copy(group, parent, name=case_id.rsplit("/", 1)[-1])
         index.append(f, [rows[c] for _, c in order])
         f.attrs["complete"] = complete
@@ -196,8 +197,9 @@ def write_index(out_path, part_paths: list[str], order: list[str], root: dict) -
             raise GoldenFileError(f"{len(missing)} cases are in no part file, e.g. {missing[0]}", out_path)
         f = create_golden_file(tmp, {**root, "parts": json.dumps(names)})
         try:
+            parents: dict = {}
             for case_id in order:
-                parent = require_case_parent(f, case_id)
+                parent = require_case_parent(f, case_id, parents)
                 parent[case_id.rsplit("/", 1)[-1]] = h5py.ExternalLink(where[case_id], case_path(case_id))
             index.append(f, [rows[c] for c in order])
             f.attrs["complete"] = True

@@ -161,10 +161,16 @@ def create_case_group(parent: h5py.Group, name: str) -> h5py.Group:
     return h5py.Group(h5py.h5g.create(parent.id, name.encode("utf-8"), gcpl=_CASE_GCPL))
 
 
-def require_case_parent(f: h5py.File, case_id: str) -> h5py.Group:
-    """The group that holds a case's group, creating the intermediate groups (ordered)."""
-    group = f[CASES_GROUP]
+def require_case_parent(f: h5py.File, case_id: str, cache: dict | None = None) -> h5py.Group:
+    """The group that holds a case's group, creating the intermediate groups (ordered).
+    ``cache`` (one dict per file) keeps the groups already found or made, by path."""
+    cache = {} if cache is None else cache
+    group, path = f[CASES_GROUP], ""
     for part in case_id.split("/")[:-1]:
+        path = f"{path}/{part}"
+        if path in cache:
+            group = cache[path]
+            continue
         if part in group:
             group = group[part]
             if "case_id" in group.attrs:
@@ -172,6 +178,7 @@ def require_case_parent(f: h5py.File, case_id: str) -> h5py.Group:
                                  f"{attr_value(group.attrs['case_id'])!r}")
         else:
             group = group.create_group(part, track_order=True)
+        cache[path] = group
     return group
 
 
