@@ -8,7 +8,7 @@ from math import sqrt
 import numpy as np
 
 from ..spec import terms
-from ..spec.dtypes import resolve_dtype, round_to, to_float64
+from ..spec.dtypes import resolve_dtype, round_to, to_float64, widen
 from ..spec.enums import NormType, RopeType
 from ..spec.nrc import (BACKWARD_TENSORS, NormRopeConcatGrads, NormRopeConcatOutputs, backward_args,
                         backward_exact, layer_norm, norm_rope_concat, norm_rope_concat_backward)
@@ -246,8 +246,7 @@ def _terms(inputs, attrs, soc):
 def _benchmark_grad(inputs, attrs, soc):
     """The backward dataflow computed in float32 on the inputs converted to float32 (exact)."""
     t, a, _ = backward_args(inputs, attrs, soc)
-    return backward_exact({k: None if v is None else np.asarray(v).astype(np.float32)
-                           for k, v in t.items()}, a, work=np.float32)
+    return backward_exact(widen(t, np.float32), a, work=np.float32)
 
 
 def _elementwise_grad(inputs, attrs, soc, names):

@@ -3,16 +3,14 @@
 
 from __future__ import annotations
 
-from math import prod
-
 import numpy as np
 
 from ..spec import terms
-from ..spec.dtypes import resolve_dtype
+from ..spec.dtypes import resolve_dtype, widen
 from ..spec.enums import RopeMode
 from ..spec.errors import AclnnError
 from ..spec.layouts import cos_pattern, infer_layout, layout_shape
-from ..spec.reduce import broadcast_dims
+from ..spec.reduce import reduced_terms
 from ..spec.rope import (ROPE_BACKWARD, ROPE_FORWARD, rotary_position_embedding,
                          rotary_position_embedding_grad)
 from ..spec.rope_checks import check_rope_args
@@ -149,7 +147,7 @@ def _special_large(grad: bool):
         if not grad or name == "dy":
             return top / 4                       # |y| <= 2 max|x|, |dx| <= 2 max|dy| (|cos|, |sin| <= 1)
         full, cshape = plan.shape, _cos_shape(p)
-        K = prod(full[i] for i in broadcast_dims(full, cshape)) if len(cshape) == len(full) else 1
+        K = reduced_terms(full, cshape) if len(cshape) == len(full) else 1
         return 2.0 / max(K, 1)                   # |dcos| <= K * max|dy| * max|x| <= max/2
     return large
 
@@ -227,15 +225,11 @@ def _describe(grad: bool):
     return describe
 
 
-def _float32(inputs: dict) -> dict:
-    return {k: None if v is None else np.asarray(v).astype(np.float32) for k, v in inputs.items()}
-
-
 def _benchmark(grad: bool):
     def benchmark(inputs: dict, attrs: dict, soc) -> dict:
         """The formula block run on the inputs converted to float32 (exact): what a naive
         float32 kernel computes."""
-        t = _float32(inputs)
+        t = widen(inputs, np.float32)
         mode = RopeMode(int(attrs["mode"]))
         if grad:
             return dict(zip(("dx", "dcos", "dsin"),

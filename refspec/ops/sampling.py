@@ -133,18 +133,24 @@ def position_decode(values, dtype, name: str) -> np.ndarray:
 
 # --- special values ---------------------------------------------------------------------------
 
-def _special(shape, dt, rng, large: float) -> np.ndarray:
-    """A quarter each: signed zeros, subnormals, large (|v| in [large/2, large]) and ordinary
-    values (|v| <= min(1, large)); the categories are shuffled over the elements."""
+def _categories(shape, dt, rng) -> tuple:
+    """What both ``special`` draws start with: the element count, a category 0-3 per element
+    (a quarter each, shuffled), a random sign per element, and the dtype's subnormals as
+    ``k * tiny`` for 1 <= k < steps."""
     n = int(np.prod(shape, dtype=np.int64))
     category = rng.permutation(np.arange(n) % 4)
     sign = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+    return n, category, sign, smallest_subnormal(dt), 2 ** (significand_bits(dt) - 1)
+
+
+def _special(shape, dt, rng, large: float) -> np.ndarray:
+    """A quarter each: signed zeros, subnormals, large (|v| in [large/2, large]) and ordinary
+    values (|v| <= min(1, large)); the categories are shuffled over the elements."""
+    n, category, sign, tiny, steps = _categories(shape, dt, rng)
     out = np.empty(n)
     zero = category == 0
     out[zero] = 0.0
     sub = category == 1
-    tiny = smallest_subnormal(dt)
-    steps = 2 ** (significand_bits(dt) - 1)           # subnormals are k * tiny, 1 <= k < steps
     out[sub] = rng.integers(1, steps, int(sub.sum())) * tiny
     big = category == 2
     out[big] = rng.uniform(0.5, 1.0, int(big.sum())) * large
@@ -155,11 +161,7 @@ def _special(shape, dt, rng, large: float) -> np.ndarray:
 
 def _special_table(shape, dt, rng) -> np.ndarray:
     """Table entries for ``special``: signed zeros, subnormals, exactly ±1 and U(-1, 1)."""
-    n = int(np.prod(shape, dtype=np.int64))
-    category = rng.permutation(np.arange(n) % 4)
-    sign = np.where(rng.random(n) < 0.5, -1.0, 1.0)
-    tiny = smallest_subnormal(dt)
-    steps = 2 ** (significand_bits(dt) - 1)
+    n, category, sign, tiny, steps = _categories(shape, dt, rng)
     out = np.select([category == 0, category == 1, category == 2],
                     [0.0, rng.integers(1, steps, n) * tiny, 1.0], rng.uniform(0.0, 1.0, n))
     return round_to((sign * out).reshape(shape), dt)

@@ -16,6 +16,7 @@ __all__ = [
     "DEVICE_DTYPES",
     "MATH_DTYPES",
     "dtype_name",
+    "widen",
     "resolve_dtype",
     "to_float64",
     "round_to",
@@ -62,6 +63,12 @@ def resolve_dtype(dtype) -> np.dtype:
 def to_float64(a: np.ndarray) -> np.ndarray:
     """Widen exactly to float64 (every value of the four float dtypes is a float64 value)."""
     return np.asarray(a).astype(np.float64, copy=False)
+
+
+def widen(arrays: dict, dtype=np.float64) -> dict:
+    """Each array of ``arrays`` converted to the wider ``dtype`` (exact; None stays None)."""
+    return {k: None if v is None else np.asarray(v).astype(dtype, copy=False)
+            for k, v in arrays.items()}
 
 
 def round_to_odd_float32(x: np.ndarray) -> np.ndarray:

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import blocks
 from .checks import check_out_dtype, output_dtype
-from .dtypes import round_to, to_float64
+from .dtypes import round_to, widen
 from .enums import ConcatOrder, NormType, RopeMode, RopeType
 from .nrc_checks import STREAMS, check_nrc_args
 from .reduce import sum_rows
@@ -250,10 +250,6 @@ def value_gradients(t: dict, a: dict, work=np.float64) -> dict:
 
 # --- public operators -----------------------------------------------------------------------
 
-def _widen(arrays):
-    return {k: (None if v is None else to_float64(v)) for k, v in arrays.items()}
-
-
 def _round_all(values: dict, dtypes: dict, out_dtype):
     return {k: (None if v is None else round_to(v, output_dtype(dtypes[k], out_dtype)))
             for k, v in values.items()}
@@ -283,7 +279,7 @@ def norm_rope_concat(query, key, value, encoder_query=None, encoder_key=None, en
     attrs = dict(norm_type=norm_type, norm_added_type=norm_added_type, rope_type=rope_type,
                  concat_order=concat_order, eps=eps, is_training=is_training)
     arrays, a, _ = check_nrc_args(op, "query", tensors, attrs, soc, backward=False)
-    t = _widen(arrays)
+    t = widen(arrays)
     T = arrays["query"].dtype
 
     normed, stats = {}, {}

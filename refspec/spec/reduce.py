@@ -17,14 +17,22 @@ all terms at once (``refspec.spec.blocks`` relies on this).
 
 from __future__ import annotations
 
+from math import prod
+
 import numpy as np
 
-__all__ = ["broadcast_dims", "tree_sum", "sum_to_shape", "sum_rows"]
+__all__ = ["broadcast_dims", "reduced_terms", "tree_sum", "sum_to_shape", "sum_rows"]
 
 
 def broadcast_dims(full_shape: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:
     """Axes where ``shape`` has size 1 and ``full_shape`` has size > 1 (same rank)."""
     return tuple(i for i, (f, s) in enumerate(zip(full_shape, shape)) if s == 1 and f != 1)
+
+
+def reduced_terms(full_shape: tuple[int, ...], shape: tuple[int, ...]) -> int:
+    """K: how many terms each element of a sum of ``full_shape`` down to ``shape`` adds up
+    (the product of the ``broadcast_dims`` sizes; 1 when nothing is reduced)."""
+    return prod(full_shape[i] for i in broadcast_dims(full_shape, shape))
 
 
 def tree_sum(t: np.ndarray, axis: int) -> np.ndarray:

@@ -21,7 +21,7 @@ from .enums import NormType, RopeMode, RopeType
 from .dtypes import to_float64
 from .nrc import ROPE_TYPE_TO_MODE, backward_args, backward_exact, upstream_rows
 from .nrc_checks import STREAMS
-from .reduce import broadcast_dims, sum_rows, sum_to_shape
+from .reduce import reduced_terms, sum_rows, sum_to_shape
 from .rope import ROPE_BACKWARD, ROPE_FORWARD
 from .rope_checks import check_rope_args
 
@@ -59,7 +59,7 @@ def rope_grad_terms(dy, cos, sin, x=None, mode=0, soc=None) -> dict[str, OutputT
     if args.x is None:
         return out
     full, shape = args.primary.shape, args.cos.shape
-    K = prod(full[i] for i in broadcast_dims(full, shape))
+    K = reduced_terms(full, shape)
     forward = ROPE_FORWARD[RopeMode(args.mode)]
     ones, zeros = np.ones(full[-1]), np.zeros(full[-1])
 
