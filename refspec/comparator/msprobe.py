@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from .. import goldens
-from ..goldens.msprobe import Dump, DumpError, find_dumps, is_msprobe_dir
+from ..goldens.msprobe import Dump, DumpError, find_dumps, is_msprobe_dir, step_rank
 from ..goldens.tensor_files import TensorFile
 from ..spec.dtypes import dtype_name
 from .actuals import ActualSource, ArrayActual, Problem, RawFileActual
@@ -52,6 +52,14 @@ def msprobe_source(golden, dump_path, actual=None, mapping=None) -> "MsprobeSour
     return MsprobeSource(os.fspath(dump_path), mapping)
 
 
+def _same(number: int | None, given) -> bool:
+    """A step or rank read from a dump's folders equals the one a mapping gives."""
+    try:
+        return number is not None and number == int(given)
+    except (TypeError, ValueError):
+        return False
+
+
 class MsprobeSource(ActualSource):
     kind = "msprobe"
 
@@ -64,13 +72,9 @@ class MsprobeSource(ActualSource):
     def _choose_dump(self, entry: dict):
         step = entry.get("step", self.mapping.step)
         rank = entry.get("rank", self.mapping.rank)
-        cands = self.dumps
-        if step is not None:
-            cands = [d for d in cands if os.path.basename(os.path.dirname(os.path.dirname(d)))
-                     == f"step{step}"]
-        if rank is not None:
-            cands = [d for d in cands
-                     if os.path.basename(os.path.dirname(d)) in (f"rank{rank}", f"proc{rank}")]
+        cands = [d for d in self.dumps
+                 if (step is None or _same(step_rank(d)[0], step))
+                 and (rank is None or _same(step_rank(d)[1], rank))]
         if len(cands) == 1:
             return cands[0], None
         labels = ", ".join(os.path.relpath(os.path.dirname(d), self.path)

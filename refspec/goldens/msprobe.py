@@ -29,6 +29,7 @@ import glob
 import json
 import os
 import re
+from functools import cached_property
 
 import numpy as np
 
@@ -37,7 +38,7 @@ from ..spec.errors import one_line
 from .tensor_files import (TensorFile, TensorFileError, bits_to_bfloat16, read_npy_header,
                            real_dtype_of)
 
-__all__ = ["DumpError", "Dump", "DumpTensor", "STAGES", "FIELDS", "parse_dtype",
+__all__ = ["DumpError", "Dump", "DumpTensor", "STAGES", "FIELDS", "parse_dtype", "step_rank",
            "find_dumps", "is_msprobe_dir", "split_record", "open_dumps"]
 
 STAGES = ("forward", "backward")
@@ -97,6 +98,15 @@ def _number(part: str, prefixes) -> int | None:
         if part.startswith(prefix) and part[len(prefix):].isdigit():
             return int(part[len(prefix):])
     return None
+
+
+def step_rank(dump_json: str) -> tuple[int | None, int | None]:
+    """The step and rank of a dump from its folders, ``.../step<S>/rank<R>/dump.json``
+    (``proc<R>`` too); None where a folder does not say."""
+    parts = os.path.normpath(os.path.dirname(os.fspath(dump_json))).split(os.sep)
+    rank = _number(parts[-1], ("rank", "proc")) if parts else None
+    step = _number(parts[-2], ("step",)) if len(parts) > 1 else None
+    return step, rank
 
 
 def _encodes(stored: np.dtype, real: np.dtype) -> str:
@@ -237,9 +247,7 @@ class Dump:
         root = self.dir if root is None else os.fspath(root)
         rel = os.path.relpath(self.dir, root)
         self.label = "." if rel == os.curdir else rel.replace(os.sep, "/")
-        parts = os.path.normpath(self.dir).split(os.sep)
-        self.rank = _number(parts[-1], ("rank", "proc")) if parts else None
-        self.step = _number(parts[-2], ("step",)) if len(parts) > 1 else None
+        self.step, self.rank = step_rank(self.path)
         try:
             with open(self.path, encoding="utf-8") as fh:
                 doc = json.load(fh)
@@ -262,7 +270,12 @@ class Dump:
         return rec
 
     def apis(self) -> dict:
-        """{API name (``NPU.npu_rotary_mul``): {call number: {stage: record name}}}."""
+        """{API name (``NPU.npu_rotary_mul``): {call number: {stage: record name}}} (worked
+        out once; do not modify it)."""
+        return self._apis
+
+    @cached_property
+    def _apis(self) -> dict:
         out: dict = {}
         for name in self.data:
             parts = split_record(name)
@@ -300,7 +313,16 @@ class Dump:
         return DumpTensor(self, record, f"{field}[{key}]", entry)
 
     def by_data_name(self, data_name: str) -> DumpTensor:
-        """The tensor entry whose data_name is ``data_name``."""
+        """The tensor entry whose data_name is ``data_name`` (the first, in file order)."""
+        found = self._data_names.get(data_name)
+        if found is None:
+            raise DumpError(f"{self.path}: no tensor with data_name {data_name!r}", "missing")
+        return DumpTensor(self, *found)
+
+    @cached_property
+    def _data_names(self) -> dict:
+        """{data_name: (record, "field[key]", entry)}, each name's first entry in file order."""
+        out: dict = {}
         for record, rec in self.data.items():
             if not isinstance(rec, dict):
                 continue
@@ -308,9 +330,9 @@ class Dump:
                 pairs = items.items() if isinstance(items, dict) else (
                     enumerate(items) if isinstance(items, list) else ())
                 for key, entry in pairs:
-                    if isinstance(entry, dict) and entry.get("data_name") == data_name:
-                        return DumpTensor(self, record, f"{field}[{key}]", entry)
-        raise DumpError(f"{self.path}: no tensor with data_name {data_name!r}", "missing")
+                    if isinstance(entry, dict) and isinstance(entry.get("data_name"), str):
+                        out.setdefault(entry["data_name"], (record, f"{field}[{key}]", entry))
+        return out
 
 
 def open_dumps(path) -> list[Dump]:
