@@ -20,8 +20,6 @@ import json
 import os
 import shlex
 
-import numpy as np
-
 from .. import ops
 from ..spec.dtypes import dtype_name, resolve_dtype
 from ..spec.errors import AclnnError, one_line
@@ -278,11 +276,7 @@ def describe_folder(folder: str, default_id: str) -> UserCase:
         for key, value in attrs.items():
             params.setdefault(key, value)
     else:
-        shaped = {k: np.broadcast_to(np.zeros((), s.dtype), s.shape) for k, s in specs.items()}
-        try:
-            described = op.describe(shaped, attrs, soc)
-        except (AclnnError, KeyError, ValueError, TypeError):
-            described = {}                 # the validation names what is wrong
+        described = op.describe_shapes(specs, attrs, soc)
         params = {"op": op.id, **attrs, **described, "dtype": dtype, "soc": soc,
                   "distribution": str(doc.get("distribution", "user")), "folder": folder}
     case_id = doc.get("case_id")

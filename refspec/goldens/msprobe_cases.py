@@ -20,8 +20,6 @@ import os
 import shlex
 import sys
 
-import numpy as np
-
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -29,7 +27,7 @@ else:  # pragma: no cover
 
 from .. import ops
 from ..spec.dtypes import dtype_name
-from ..spec.errors import AclnnError, one_line
+from ..spec.errors import one_line
 from .msprobe import FIELDS, STAGES, Dump, DumpError, DumpTensor, open_dumps
 from .user_cases import InputError, UserCase
 
@@ -244,11 +242,7 @@ def _call_case(m: ApiMap, dump: Dump, api: str, call: int, records: dict, source
              for a, v in m.attributes.items()}
     attrs = op.complete_attrs(attrs)
     primary = tensors.get(op.inputs[0].name) or next(iter(tensors.values()))
-    shaped = {k: np.broadcast_to(np.zeros((), t.dtype), t.shape) for k, t in tensors.items()}
-    try:
-        described = op.describe(shaped, attrs, m.soc)
-    except (AclnnError, KeyError, ValueError, TypeError):
-        described = {}                 # the validation names what is wrong with the shapes
+    described = op.describe_shapes(tensors, attrs, m.soc)
     label = "" if dump.label == "." else dump.label
     info = {"path": dump.label, "step": dump.step, "rank": dump.rank, "api": api, "call": call,
             **{stage: records.get(stage) for stage in STAGES},

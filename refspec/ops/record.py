@@ -234,16 +234,28 @@ class Operator:
     def probe(self, params: dict):
         """The error the case's profile raises for its planned arguments, found without
         computing anything (zero-stride arrays of the planned shapes and dtypes), or None."""
-        arrays = {k: np.broadcast_to(np.zeros((), t.dtype), t.shape)
-                  for k, t in self.plan(params).items()}
         try:
-            self.check(arrays, self.attrs_of(params), params.get("soc"))
+            self.check(stand_ins(self.plan(params)), self.attrs_of(params), params.get("soc"))
         except AclnnError as exc:
             return exc
         return None
 
+    def describe_shapes(self, tensors: dict, attrs: dict, soc) -> dict:
+        """``describe`` for tensors known by shape and dtype only (files not yet read); {}
+        where the validation rejects them (it names what is wrong when the case is computed)."""
+        try:
+            return self.describe(stand_ins(tensors), attrs, soc)
+        except (AclnnError, KeyError, ValueError, TypeError):
+            return {}
+
     def __repr__(self) -> str:
         return f"<Operator {self.id}: {self.function} ({self.aclnn})>"
+
+
+def stand_ins(tensors: dict) -> dict:
+    """Zero-stride zero arrays of each tensor's shape and dtype (anything with ``shape`` and
+    ``dtype``): what validation looks at, without memory for the values."""
+    return {k: np.broadcast_to(np.zeros((), t.dtype), t.shape) for k, t in tensors.items()}
 
 
 def check_names(op: Operator) -> None:
