@@ -10,12 +10,13 @@ import sys
 import click
 
 from .. import ops
+from ..comparator.standards import STANDARD_NAMES
 from ..goldens.format import UnknownCaseError
 from .errors import CliError, check_output_file
 
 __all__ = ["register", "compare_command"]
 
-_STANDARDS = ("default", "ascend-mixed", "torch", "vendor-threshold", "ratio")
+
 
 
 @click.command("compare")
@@ -23,7 +24,7 @@ _STANDARDS = ("default", "ascend-mixed", "torch", "vendor-threshold", "ratio")
 @click.argument("actual", type=click.Path(), required=False)
 @click.option("--case", "cases", multiple=True, metavar="ID",
               help="Case id or shell pattern (repeatable); default: every case.")
-@click.option("--standard", type=click.Choice(_STANDARDS), default="default", show_default=True,
+@click.option("--standard", type=click.Choice(STANDARD_NAMES), default="default", show_default=True,
               help="Accuracy standard (docs/compare.md lists each one's numbers and sources).")
 @click.option("--rtol", type=float, default=None, help="Override the standard's rtol for this run.")
 @click.option("--atol", type=float, default=None, help="Override the standard's atol for this run.")
@@ -73,7 +74,7 @@ def compare_command(golden, actual, cases, standard, rtol, atol, saturation, map
     def source():
         if msprobe is None:
             return actual, mapping
-        from ..comparator.msprobe import msprobe_source
+        from ..comparator.dump_source import msprobe_source
         return msprobe_source(golden, msprobe, actual, mapping), None
     return judge(golden, source, cases=cases, standard=standard, rtol=rtol, atol=atol,
                  saturation=saturation, ratio_level=ratio_level, json_path=json_path,

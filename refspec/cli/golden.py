@@ -25,7 +25,7 @@ __all__ = ["register", "golden_command", "check_dump_command"]
 
 def _describe(dirs, msprobe, mapping, vendor_ut, ut_args, soc):
     """The user cases of the one source given (CliError for a bad combination or bad input)."""
-    from ..goldens.user_cases import InputError
+    from ..inputs.user_cases import InputError
     given = [name for name, v in (("DIR", dirs), ("--msprobe", msprobe),
                                   ("--vendor-ut", vendor_ut)) if v]
     if len(given) != 1:
@@ -43,12 +43,12 @@ def _describe(dirs, msprobe, mapping, vendor_ut, ut_args, soc):
                        "mapping file each [[api]]'s)")
     try:
         if dirs:
-            from ..goldens.folders import describe_folders
+            from ..inputs.case_folders import describe_folders
             return "case-folders", describe_folders(dirs)
         if msprobe:
-            from ..goldens.msprobe_cases import describe_dump
+            from ..inputs.msprobe_calls import describe_dump
             return "msprobe", describe_dump(msprobe, mapping)
-        from ..goldens.vendor_ut import describe_vendor_ut
+        from ..inputs.vendor_ut import describe_vendor_ut
         return "vendor-ut", [describe_vendor_ut(vendor_ut, ut_args,
                                                 None if soc == "none" else (soc or "A2"))]
     except InputError as exc:
@@ -56,7 +56,7 @@ def _describe(dirs, msprobe, mapping, vendor_ut, ut_args, soc):
 
 
 def _write(kind, cases, out, force, compression, quiet=False):
-    from ..goldens.user_cases import InputError, write_user_cases
+    from ..inputs.user_cases import InputError, write_user_cases
     definition = "\n".join(f"{c.case_id}\t{c.where}" for c in cases)
     try:
         summary, negatives = write_user_cases(out, cases, sweep_name=kind,

@@ -22,13 +22,12 @@ import h5py
 import numpy as np
 
 from .. import ops
-from ..goldens.export import STATUS_FILE
-from ..goldens.format import BF16_ENCODING
-from ..goldens.tensor_files import (TensorFileError, bits_to_bfloat16, read_npy_header,
-                                    real_dtype_of, size_hint, stored_dtype)
+from ..goldens.format import BF16_ENCODING, bits_to_bfloat16, stored_dtype
+from ..goldens.layout import STATUS_FILE
+from ..inputs.tensor_files import TensorFileError, read_npy_header, real_dtype_of, size_hint
 from ..spec.dtypes import bfloat16, dtype_name
 from ..spec.errors import one_line
-from .blocks import thread_buffer
+from .streaming import thread_buffer
 
 __all__ = ["Problem", "ActualArray", "ArrayActual", "RawFileActual", "H5Actual", "ActualSource",
            "TreeSource", "NpzSource", "H5Source", "MemorySource", "decode_dtype", "file_names",

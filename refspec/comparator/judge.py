@@ -23,7 +23,7 @@ import numpy as np
 from ..spec.dtypes import dtype_name, resolve_dtype, round_to
 from ..spec.errors import one_line
 from .actuals import Problem
-from .blocks import COMPUTE_ELEMENTS, READ_ELEMENTS, BlockReader, plan_blocks
+from .streaming import COMPUTE_ELEMENTS, READ_ELEMENTS, BlockReader, plan_blocks
 from .floatinfo import U_ACC, bits_of, float_info, ulp_at
 from .fused import FLAGS, INTS, KIND, PARAMS, fused_block
 from .metrics import Accumulator, FusedBlock, Metrics

@@ -19,8 +19,8 @@ from ..spec.terms import ELEMENTWISE
 from .actuals import H5Source, MemorySource, NpzSource, Problem, TreeSource, ActualSource
 from .benchmark import BenchmarkUnavailable, float32_benchmark
 from .judge import JudgeOptions, golden_output_info, judge_output
-from .mapping import Mapping, load_mapping
-from .msprobe import MsprobeSource, is_msprobe_dir
+from ..inputs.output_map import Mapping, load_mapping
+from .dump_source import MsprobeSource, is_msprobe_dir
 from .naming import context_of
 from .report import STATUS_ROW, NotRun, OutputResult, Report
 from .standards import RATIO_LEVELS, STANDARD_NAMES, resolve_rule

@@ -33,15 +33,12 @@ from . import executors
 from .atomic import write_chunks_atomic
 from .format import GoldenFileError, UnknownCaseError, check_case_id
 from .read import GoldenCase, GoldenFile, LazyArray
-from .tensor_files import stored_dtype
+from .format import stored_dtype
+from .layout import CASE_JSON, EXPORT_SCHEMA, STATUS_FILE
 
 __all__ = ["FORMATS", "ExportError", "ExportedFile", "select_cases", "export_cases", "case_dir"]
 
 FORMATS = ("bin", "npy")
-EXPORT_SCHEMA = "refspec-export/1"
-#: the file the harness writes with the status its kernel returned (refspec compare reads it)
-STATUS_FILE = "status.json"
-CASE_JSON = "case.json"
 BLOCK_BYTES = 64 << 20
 
 

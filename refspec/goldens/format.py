@@ -20,7 +20,7 @@ __all__ = [
     "SCHEMA_VERSION", "CASES_GROUP", "CHUNK_BYTES", "MIN_CHUNKED_BYTES", "INDEX_DATASET", "CASE_SUBGROUPS", "BF16_ENCODING",
     "COMPRESSIONS", "DEFAULT_COMPRESSION", "DEFAULT_GZIP_LEVEL", "LIBVER",
     "GoldenFileError", "GoldenFileExistsError", "GoldenFileDamagedError", "UnknownCaseError",
-    "part_path", "encode_array", "decode_array", "chunk_shape",
+    "part_path", "encode_array", "decode_array", "stored_dtype", "bits_to_bfloat16", "chunk_shape",
     "compression_filters", "case_path", "check_case_id", "to_jsonable", "attr_value",
     "read_attrs", "atomic_replace",
 ]
@@ -101,6 +101,19 @@ def encode_array(arr) -> tuple[np.ndarray, dict]:
         raise TypeError(f"cannot store an array of dtype {arr.dtype} (allowed: float16, bfloat16, "
                         "float32, float64 and native integers)")
     return arr, {"dtype": dtype_name(arr.dtype)}
+
+
+def stored_dtype(real: np.dtype) -> np.dtype:
+    """The little-endian dtype a ``.bin`` stores ``real`` in (uint16 bits for bfloat16)."""
+    dt = np.dtype(np.uint16) if real == bfloat16 else np.dtype(real)
+    return dt.newbyteorder("<") if dt.itemsize > 1 else dt
+
+
+def bits_to_bfloat16(raw: np.ndarray) -> np.ndarray:
+    """bfloat16 from its 16-bit patterns held as uint16 or 2-byte voids (no rounding)."""
+    raw = np.ascontiguousarray(raw)
+    bits = raw.view("<u2") if raw.dtype.kind == "V" else raw.astype(np.uint16, copy=False)
+    return np.ascontiguousarray(bits, dtype=np.uint16).view(bfloat16)
 
 
 def decode_array(raw, encoding) -> np.ndarray:

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from refspec.comparator import CompareUsageError, compare
-from refspec.comparator.msprobe import golden_mapping, msprobe_source
+from refspec.comparator.dump_source import golden_mapping, msprobe_source
 from refspec.goldens.example import rope_grad_case
-from refspec.goldens.msprobe_cases import describe_dump
-from refspec.goldens.user_cases import write_user_cases
+from refspec.inputs.msprobe_calls import describe_dump
+from refspec.inputs.user_cases import write_user_cases
 import refspec.goldens as goldens
 
 from msprobe_helpers import BF16, ROPE_MAP, DumpWriter, nrc_call, nrc_map, rope_calls

@@ -19,12 +19,13 @@ import refspec
 PACKAGE = Path(refspec.__file__).parent
 #: each layer and the layers it may import (its own included)
 LAYERS = {"spec": {"spec"}, "ops": {"spec", "ops"}, "goldens": {"spec", "ops", "goldens"},
-          "comparator": {"spec", "ops", "goldens", "comparator"},
-          "cli": {"spec", "ops", "goldens", "comparator", "cli"}}
+          "inputs": {"spec", "ops", "goldens", "inputs"},
+          "comparator": {"spec", "ops", "goldens", "inputs", "comparator"},
+          "cli": {"spec", "ops", "goldens", "inputs", "comparator", "cli"}}
 #: modules at the package's top: what they may import
 TOP = {"refspec": {"spec"}, "refspec._version": set(), "refspec.__main__": {"cli"},
-       "refspec.testing": {"spec", "ops", "goldens", "comparator"},
-       "refspec.pytest_plugin": {"spec", "ops", "goldens", "comparator"}}
+       "refspec.testing": {"spec", "ops", "goldens", "inputs", "comparator"},
+       "refspec.pytest_plugin": {"spec", "ops", "goldens", "inputs", "comparator"}}
 
 
 def modules() -> list[str]:
@@ -122,7 +123,7 @@ def test_every_module_imports_by_its_dotted_name(name):
 def test_import_refspec_loads_the_spec_alone():
     code = ("import sys, refspec; print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('h5py', 'click', 'matplotlib', 'torch') or m.startswith(('refspec.ops', "
-            "'refspec.goldens', 'refspec.comparator', 'refspec.cli'))))")
+            "'refspec.goldens', 'refspec.inputs', 'refspec.comparator', 'refspec.cli'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
     code = "import refspec; print(refspec.compare.__module__, refspec.goldens.__name__)"

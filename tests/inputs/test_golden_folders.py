@@ -1,4 +1,4 @@
-"""Case folders in, goldens out (refspec.goldens.folders): the `refspec export` layout read back
+"""Case folders in, goldens out (refspec.inputs.case_folders): the `refspec export` layout read back
 bit for bit, minimal case.json files with .npy and .bin inputs, negative cases, and one clear
 error for every missing or inconsistent piece."""
 
@@ -17,9 +17,9 @@ import refspec.goldens as goldens
 from refspec.comparator import compare
 from refspec.goldens.engine import generate
 from refspec.goldens.export import export_cases
-from refspec.goldens.folders import describe_folders
+from refspec.inputs.case_folders import describe_folders
 from refspec.goldens.sweep import load_sweep
-from refspec.goldens.user_cases import InputError, write_user_cases
+from refspec.inputs.user_cases import InputError, write_user_cases
 
 import implementations as impl
 

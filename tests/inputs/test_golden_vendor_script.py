@@ -6,7 +6,7 @@ ops-transformer's ``posembedding/norm_rope_concat_grad/tests/ut/op_kernel/
 norm_rope_concat_grad_data`` (the scripts are loaded from there, never copied into this
 repository); PyTorch is needed. Without them every test here is skipped.
 
-``python -m pytest -s tests/goldens/test_golden_vendor_script.py`` prints the measured numbers.
+``python -m pytest -s tests/inputs/test_golden_vendor_script.py`` prints the measured numbers.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from refspec import ops                                                       # 
 from refspec.comparator import compare                                        # noqa: E402
 from refspec.comparator.memory_case import MemoryCase                         # noqa: E402
 from refspec.goldens.cases import compute_case                                # noqa: E402
-from refspec.goldens.vendor_ut import describe_vendor_ut                      # noqa: E402
+from refspec.inputs.vendor_ut import describe_vendor_ut                      # noqa: E402
 from refspec.spec.dtypes import round_to                                      # noqa: E402
 from refspec.spec.nrc_checks import STREAMS                                   # noqa: E402
 

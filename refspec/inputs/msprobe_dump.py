@@ -35,8 +35,8 @@ import numpy as np
 
 from ..spec.dtypes import bfloat16, dtype_name
 from ..spec.errors import one_line
-from .tensor_files import (TensorFile, TensorFileError, bits_to_bfloat16, read_npy_header,
-                           real_dtype_of)
+from ..goldens.format import bits_to_bfloat16
+from .tensor_files import TensorFile, TensorFileError, read_npy_header, real_dtype_of
 
 __all__ = ["DumpError", "Dump", "DumpTensor", "STAGES", "FIELDS", "parse_dtype", "step_rank",
            "find_dumps", "is_msprobe_dir", "split_record", "open_dumps"]

@@ -1,6 +1,6 @@
-"""Golden cases of the user's own inputs: case folders (``refspec.goldens.folders``),
-msprobe dumps (``refspec.goldens.msprobe_cases``) and the vendor's UT data
-(``refspec.goldens.vendor_ut``) all end here (docs/real_runs.md).
+"""Golden cases of the user's own inputs: case folders (``refspec.inputs.case_folders``),
+msprobe dumps (``refspec.inputs.msprobe_calls``) and the vendor's UT data
+(``refspec.inputs.vendor_ut``) all end here (docs/real_runs.md).
 
 Each source first describes its cases without reading any data (every missing or inconsistent
 piece is an ``InputError`` before anything is written); ``write_user_cases`` then
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .. import goldens, ops
-from .cases import THREADED_ELEMENTS, CaseData, compute_case
-from .engine import Summary
-from .format import check_case_id
+from ..goldens.cases import THREADED_ELEMENTS, CaseData, compute_case
+from ..goldens.engine import Summary
+from ..goldens.format import check_case_id
 from .tensor_files import TensorFileError
 
 __all__ = ["InputError", "UserCase", "UNSTATED", "write_user_cases", "check_ids"]

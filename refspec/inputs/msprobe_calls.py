@@ -28,7 +28,7 @@ else:  # pragma: no cover
 from .. import ops
 from ..spec.dtypes import dtype_name
 from ..spec.errors import one_line
-from .msprobe import FIELDS, STAGES, Dump, DumpError, DumpTensor, open_dumps
+from .msprobe_dump import FIELDS, STAGES, Dump, DumpError, DumpTensor, open_dumps
 from .user_cases import InputError, UserCase
 
 __all__ = ["ApiMap", "DumpMap", "load_map", "parse_ref", "describe_dump", "dump_entries"]
@@ -307,7 +307,7 @@ def describe_dump(dump_path, mapping) -> list[UserCase]:
 
 
 def dump_entries(case_id: str, params: dict) -> list[dict]:
-    """Comparator mapping entries (``refspec.comparator.mapping.Mapping``) for the outputs
+    """Comparator mapping entries (``refspec.inputs.output_map.Mapping``) for the outputs
     of a case built from a dump: each to its record, list and position, step and rank."""
     info = params.get("dump")
     if not isinstance(info, dict):

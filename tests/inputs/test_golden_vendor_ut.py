@@ -1,4 +1,4 @@
-"""The vendor's NormRopeConcatGrad UT layout in (refspec.goldens.vendor_ut), on data this test
+"""The vendor's NormRopeConcatGrad UT layout in (refspec.inputs.vendor_ut), on data this test
 writes in that layout (the vendor's script itself is exercised by test_golden_vendor_script.py
 when it is available): every file gen_data.py writes, gradients BNSD, query/key BSND, float32
 statistics (B, S, N, 1), rope tables (Sr, D), 0-byte files for absent encoder streams."""
@@ -11,8 +11,8 @@ import pytest
 import refspec
 import refspec.goldens as goldens
 from refspec.comparator import compare
-from refspec.goldens.user_cases import InputError, write_user_cases
-from refspec.goldens.vendor_ut import describe_vendor_ut, parse_ut_args
+from refspec.inputs.user_cases import InputError, write_user_cases
+from refspec.inputs.vendor_ut import describe_vendor_ut, parse_ut_args
 
 import implementations as impl
 from msprobe_helpers import BF16

@@ -1,7 +1,7 @@
 """msprobe dump directories as a source of actual outputs (docs/real_runs.md).
 
-The dump is read by ``refspec.goldens.msprobe`` (the one reader of dump.json and its tensor
-files). A mapping (``refspec.comparator.mapping``) says which dump tensor is which golden
+The dump is read by ``refspec.inputs.msprobe_dump`` (the one reader of dump.json and its tensor
+files). A mapping (``refspec.inputs.output_map``) says which dump tensor is which golden
 output: a mapping file, or ``golden_mapping`` for a golden file built from the dump itself
 (``refspec golden --msprobe``), whose cases name their dump records.
 """
@@ -11,11 +11,11 @@ from __future__ import annotations
 import os
 
 from .. import goldens
-from ..goldens.msprobe import Dump, DumpError, find_dumps, is_msprobe_dir, step_rank
-from ..goldens.tensor_files import TensorFile
+from ..inputs.msprobe_dump import Dump, DumpError, find_dumps, is_msprobe_dir, step_rank
+from ..inputs.output_map import Mapping, load_mapping
+from ..inputs.tensor_files import TensorFile
 from ..spec.dtypes import dtype_name
 from .actuals import ActualSource, ArrayActual, Problem, RawFileActual
-from .mapping import Mapping, load_mapping
 
 __all__ = ["MsprobeSource", "golden_mapping", "msprobe_source", "find_dumps", "is_msprobe_dir"]
 
@@ -24,7 +24,7 @@ def golden_mapping(golden) -> Mapping:
     """The mapping of a golden file whose cases came from an msprobe dump: each output of each
     such case to the dump tensor it names (its ``dump`` parameter). A file with no such case
     gives a mapping with no entries (every output is then missing)."""
-    from ..goldens.msprobe_cases import dump_entries
+    from ..inputs.msprobe_calls import dump_entries
     entries = []
     with goldens.open(golden) as gf:
         for case in gf:

@@ -23,7 +23,7 @@ import shlex
 from .. import ops
 from ..spec.dtypes import dtype_name, resolve_dtype
 from ..spec.errors import AclnnError, one_line
-from .export import CASE_JSON, EXPORT_SCHEMA
+from ..goldens.layout import CASE_JSON, EXPORT_SCHEMA
 from .tensor_files import TensorFileError, bin_spec, npy_spec, read_tensor, sha256_of
 from .user_cases import UNSTATED, InputError, UserCase
 

@@ -1,4 +1,4 @@
-"""msprobe dumps in (refspec.goldens.msprobe, refspec.goldens.msprobe_cases): the reader of
+"""msprobe dumps in (refspec.inputs.msprobe_dump, refspec.inputs.msprobe_calls): the reader of
 dump.json and its tensor files, one case per mapped call built from the dumped inputs exactly
 as the spec computes them, and one clear error for every malformed dump or mapping file."""
 
@@ -12,9 +12,9 @@ import pytest
 
 import refspec
 import refspec.goldens as goldens
-from refspec.goldens.msprobe import Dump, DumpError, find_dumps, open_dumps
-from refspec.goldens.msprobe_cases import describe_dump, load_map
-from refspec.goldens.user_cases import InputError, write_user_cases
+from refspec.inputs.msprobe_dump import Dump, DumpError, find_dumps, open_dumps
+from refspec.inputs.msprobe_calls import describe_dump, load_map
+from refspec.inputs.user_cases import InputError, write_user_cases
 
 from msprobe_helpers import BF16, ROPE_MAP, DumpWriter, nrc_call, nrc_map, rope_calls
 

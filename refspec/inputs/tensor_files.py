@@ -17,12 +17,12 @@ from math import prod
 
 import numpy as np
 
+from ..goldens.format import bits_to_bfloat16, stored_dtype
 from ..spec.dtypes import bfloat16, dtype_name
 from ..spec.errors import one_line
 
 __all__ = ["TensorFileError", "TensorFile", "read_npy_header", "npy_spec", "bin_spec",
-           "read_tensor", "stored_dtype", "real_dtype_of", "bits_to_bfloat16", "sha256_of",
-           "size_hint"]
+           "read_tensor", "real_dtype_of", "sha256_of", "size_hint"]
 
 
 class TensorFileError(ValueError):
@@ -44,12 +44,6 @@ def read_npy_header(path: str):
     if stored.hasobject:
         raise TensorFileError(f"{path}: holds Python objects (pickles are never loaded)")
     return tuple(int(s) for s in shape), bool(fortran), stored, offset
-
-
-def stored_dtype(real: np.dtype) -> np.dtype:
-    """The little-endian dtype a ``.bin`` stores ``real`` in (uint16 bits for bfloat16)."""
-    dt = np.dtype(np.uint16) if real == bfloat16 else np.dtype(real)
-    return dt.newbyteorder("<") if dt.itemsize > 1 else dt
 
 
 def real_dtype_of(stored: np.dtype, declared: np.dtype | None) -> np.dtype | None:
@@ -145,13 +139,6 @@ def read_tensor(spec: TensorFile) -> np.ndarray:
     if spec.dtype == bfloat16 and raw.dtype != bfloat16:
         return bits_to_bfloat16(raw)
     return raw.astype(spec.dtype, copy=False)
-
-
-def bits_to_bfloat16(raw: np.ndarray) -> np.ndarray:
-    """bfloat16 from its 16-bit patterns held as uint16 or 2-byte voids (no rounding)."""
-    raw = np.ascontiguousarray(raw)
-    bits = raw.view("<u2") if raw.dtype.kind == "V" else raw.astype(np.uint16, copy=False)
-    return np.ascontiguousarray(bits, dtype=np.uint16).view(bfloat16)
 
 
 def sha256_of(path: str) -> str:
