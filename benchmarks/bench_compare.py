@@ -35,6 +35,7 @@ machine (the load average is printed); the comparison uses every CPU it may.
 
 from __future__ import annotations
 
+from refspec.goldens.cases import CaseData
 import argparse
 import json
 import os
@@ -80,13 +81,13 @@ def write_pair(d: str, n_log2: float, dtype: str = "float32") -> tuple[str, int]
     rng = np.random.default_rng(1)
     exact = rng.standard_normal(shape)
     rounded = refspec.round_to(exact, dt)
-    params = {"op": "rope", "mode": 0, "layout": "BNSD", "cos_pattern": "11SD",
+    params = {"op": "rope", "mode": "half", "layout": "BNSD", "cos": "11SD",
               "dtype": dtype, "B": B, "N": N, "S": S, "D": D}
     with goldens.GoldenWriter(path, sweep_name="bench", sweep_definition="", sweep_seed=0) as w:
-        w.write_case(cid, op="rotary_position_embedding", params=params, seed=0, soc=None,
-                     distribution="random", inputs={}, expected={"y": rounded},
-                     exact={"y": exact}, terms={"y": OutputTerms(ELEMENTWISE)},
-                     axes={"y": "BNSD"}, regenerate="benchmarks/bench_compare.py")
+        w.write_case(CaseData(cid, 'rotary_position_embedding', params, 0, {},
+                              expected={'y': rounded}, exact={'y': exact},
+                              terms={'y': OutputTerms(ELEMENTWISE)}, axes={'y': 'BNSD'},
+                              regenerate='benchmarks/bench_compare.py'))
     del exact
     flat = np.ascontiguousarray(rounded).reshape(-1).view(f"u{dt.itemsize}")
     up = rng.integers(0, 2, flat.size).astype(bool)

@@ -16,6 +16,7 @@ honours posix_fadvise), and each figure relative to "none".
 
 from __future__ import annotations
 
+from dataclasses import replace
 import argparse
 import os
 import tempfile
@@ -66,7 +67,7 @@ def write(path: str, cases: dict, compression: str, shuffle: bool) -> float:
     with goldens.GoldenWriter(path, sweep_name="bench", sweep_definition="", sweep_seed=0,
                               compression=compression, shuffle=shuffle, force=True) as w:
         for case_id, kw in cases.items():
-            w.write_case(case_id, **kw)
+            w.write_case(replace(kw, case_id=case_id))
     return time.perf_counter() - t0
 
 

@@ -59,11 +59,11 @@ def best(fn, repeat):
 
 def case_of(op_id, values, shape, seed=2024):
     op = ops.get(op_id)
-    return Case(f"{op_id}/bench", op_id, case_params(op, values, shape), seed)
+    return Case(f"{op_id}/bench", op_id, case_params(op, {**values, **shape}), seed)
 
 
 def inputs_of(case):
-    return ops.get(case.op).sample(case.params, case.seed)
+    return ops.get(case.op).generation.sample(case.params, case.seed, None)
 
 
 def torch_or_none():
@@ -158,12 +158,13 @@ def bench_nrc(repeat, torch):
 
 PEAK_SCRIPT = r"""
 import json, os, sys, tempfile, tracemalloc
+from dataclasses import replace
 import refspec.goldens as goldens
 from refspec import ops
 from refspec.goldens.cases import build_case
 from refspec.goldens.sweep import Case, case_params
 op, values, shape = json.loads(sys.argv[1])
-case = Case(op + "/peak", op, case_params(ops.get(op), values, shape), 2024)
+case = Case(op + "/peak", op, case_params(ops.get(op), {**values, **shape}), 2024)
 def status(key):                       # /proc: VmHWM is this process's own peak RSS
     with open("/proc/self/status") as fh:
         return next(int(l.split()[1]) * 1024 for l in fh if l.startswith(key + ":"))
@@ -175,7 +176,7 @@ data = build_case(case)
 with tempfile.TemporaryDirectory() as tmp:
     with goldens.GoldenWriter(os.path.join(tmp, "p.h5"), sweep_name="peak", sweep_definition="",
                               sweep_seed=0) as w:
-        w.write_case("peak/case", **data.writer_kwargs(""))
+        w.write_case(replace(data, case_id='peak/case'))
 f64 = 8 * (sum(a.size for a in data.inputs.values()) + sum(a.size for a in data.exact.values()))
 if trace:
     print(json.dumps({"tracemalloc peak MB": tracemalloc.get_traced_memory()[1] / 1e6,

@@ -87,7 +87,7 @@ class RefspecGoldenFile(pytest.File):
 
     def collect(self):
         from . import goldens
-        from .comparator.run import select_ids
+        from .goldens.selection import select_ids
         config = self.config
         try:
             gf = goldens.open(self.path)

@@ -16,6 +16,7 @@ from refspec.comparator import compare, spec_case
 from refspec.spec.dtypes import round_to
 
 import implementations as impl
+from implementations import attrs_of
 
 DTYPES = ("float16", "bfloat16", "float32")
 LAYOUT_PATTERNS = {          # logical cos shape over (B, N, S, D) -> per layout
@@ -114,7 +115,7 @@ def nrc_cases(backward=True, dtypes=DTYPES, scale=1.0, every=1):
 
 
 def device_outputs(case, bug=None):
-    return impl.run(case.op, case.params, case.inputs, bug)
+    return impl.run(case.op, attrs_of(case), case.inputs, bug)
 
 
 def judge(cases, bug=None, standard="default"):

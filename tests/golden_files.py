@@ -1,4 +1,4 @@
-"""Reading golden files whole in tests: every case's attributes and every dataset's bytes."""
+"""Reading golden files whole in tests: every case's metadata and every dataset's bytes."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import refspec.goldens as goldens
 
 
 def case_content(case) -> dict:
-    """Everything a case holds: attributes and every dataset's bytes, dtype, shape, attrs."""
-    out = {"attrs": {k: v for k, v in case.attrs.items()}}
+    """Everything a case holds: its metadata and every dataset's bytes, dtype, shape, attrs."""
+    out = {"meta": case.meta}
     for group in ("inputs", "expected", "exact", "sum_abs"):
         arrays = getattr(case, group)
         for name in arrays:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from refspec import ops
+
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F32 = np.float32
 
@@ -349,27 +351,33 @@ def nrc_forward(inputs: dict, attrs: dict, dtype, bug=None) -> dict:
     return res
 
 
-def run(op: str, params: dict, inputs: dict, bug=None) -> dict:
-    """Outputs of the device-like implementation of ``op`` (a refspec function name). Cases in
-    float64 (the math-only profile; no device has it) run the same code in float64 arithmetic."""
+def attrs_of(case) -> dict:
+    """The spec's attribute values of a golden case (its record converts its parameters)."""
+    return ops.get(case.op).attrs_of(case.params)
+
+
+def run(op: str, attrs: dict, inputs: dict, bug=None) -> dict:
+    """Outputs of the device-like implementation of ``op`` (an operator's id or function name)
+    with the spec's attributes ``attrs``. Cases in float64 (the math-only profile; no device has
+    it) run the same code in float64 arithmetic."""
     global F32
     inputs = {k: v for k, v in inputs.items() if v is not None}
     wide = any(np.asarray(v).dtype == np.float64 for v in inputs.values())
     saved, F32 = F32, (np.float64 if wide else np.float32)
     try:
-        return _run(op, params, inputs, bug)
+        return _run(ops.get(op).function, attrs, inputs, bug)
     finally:
         F32 = saved
 
 
-def _run(op, params, inputs, bug):
+def _run(op, attrs, inputs, bug):
     if op == "rotary_position_embedding_grad":
         return rope_grad(inputs["dy"], inputs["cos"], inputs["sin"], inputs.get("x"),
-                         int(params["mode"]), bug)
+                         int(attrs["mode"]), bug)
     if op == "rotary_position_embedding":
-        return rope_forward(inputs["x"], inputs["cos"], inputs["sin"], int(params["mode"]), bug)
+        return rope_forward(inputs["x"], inputs["cos"], inputs["sin"], int(attrs["mode"]), bug)
     if op == "norm_rope_concat_backward":
-        return nrc_backward(inputs, params, np.asarray(inputs["grad_query_output"]).dtype, bug)
+        return nrc_backward(inputs, attrs, np.asarray(inputs["grad_query_output"]).dtype, bug)
     if op == "norm_rope_concat":
-        return nrc_forward(inputs, params, np.asarray(inputs["query"]).dtype, bug)
+        return nrc_forward(inputs, attrs, np.asarray(inputs["query"]).dtype, bug)
     raise ValueError(f"unknown operator {op}")

@@ -18,7 +18,8 @@ import click
 from .. import goldens, ops
 from ..goldens.engine import parts_dir
 from ..goldens.executors import SCHEDULER_ENV, SchedulerUnavailable
-from ..goldens.sweep import SweepError, load_sweep, normalize_filter, parse_shard, select_cases, shard
+from ..goldens.selection import filter_cases, normalize_filter, parse_shard, shard
+from ..goldens.sweep import SweepError, load_sweep
 from .errors import CliError, Interrupted, check_output_file
 
 __all__ = ["register", "list_command", "generate_command"]
@@ -60,7 +61,7 @@ def _select(sweep_ref, tier, ops, socs, dtypes, modes, layouts, case_ids=(), see
             cases = [sweep.case(cid, seed) for cid in dict.fromkeys(case_ids)]
         else:
             cases = sweep.cases(tier, seed)
-        return sweep, select_cases(cases, **filters)
+        return sweep, filter_cases(cases, **filters)
     except SweepError as exc:
         raise CliError(str(exc)) from None
 
@@ -80,7 +81,7 @@ def list_command(sweep_ref, tier, ops, socs, dtypes, modes, layouts, as_json):
     rows = []
     for case in cases:
         err = probe(case.params)
-        rows.append({"id": case.id, "op": case.function, "block": case.block, "seed": case.seed,
+        rows.append({"id": case.id, "op": case.op, "block": case.block, "seed": case.seed,
                      "params": case.params,
                      "expected_error_code": None if err is None else err.code,
                      "expected_error_status": None if err is None else err.status})
@@ -144,7 +145,7 @@ def generate_command(sweep_ref, tier, ops, socs, dtypes, modes, layouts, case_id
 
 def _generate(sweep_ref, tier, ops, socs, dtypes, modes, layouts, case_ids, seed, jobs,
               scheduler, shard_spec, resume, force, compression, out):
-    from ..goldens.engine import GenerateError, check_expectations, generate
+    from ..goldens.engine import GenerateError, Run, check_expectations, generate
     sweep, cases = _select(sweep_ref, tier, ops, socs, dtypes, modes, layouts, case_ids, seed)
     extra = {"tier": "" if case_ids else sweep.check_tier(tier)}
     if shard_spec is not None:
@@ -164,9 +165,9 @@ def _generate(sweep_ref, tier, ops, socs, dtypes, modes, layouts, case_ids, seed
     jobs = jobs or os.cpu_count() or 1
 
     def run(progress):
-        return generate(sweep, cases, out, seed=seed, jobs=min(jobs, len(cases)),
-                        scheduler=scheduler, compression=compression, resume=resume,
-                        force=force, progress=progress, extra_attrs=extra)
+        return generate(sweep, cases, out, jobs=min(jobs, len(cases)), scheduler=scheduler,
+                        resume=resume, force=force, progress=progress,
+                        run=Run.of(sweep, seed, compression, extra))
 
     try:
         if sys.stderr.isatty():

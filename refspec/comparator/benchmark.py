@@ -24,9 +24,9 @@ class BenchmarkUnavailable(Exception):
 def float32_benchmark(case) -> dict[str, np.ndarray]:
     """Output name -> the float32 benchmark rounded to that output's dtype."""
     record = ops.find(case.op)
-    if record is None or record.benchmark is None:
+    benchmark = None if record is None else record.comparison.benchmark
+    if benchmark is None:
         raise BenchmarkUnavailable(f"no float32 benchmark for {case.op}")
-    inputs = case.input_arrays()
-    raw = record.benchmark(inputs, record.attrs_of(case.params), case.soc or None)
+    raw = benchmark(record.call_of(case.params, case.input_arrays()))
     return {name: round_to(np.asarray(raw[name], dtype=np.float64), case.expected[name].dtype)
             for name in case.output_names if raw.get(name) is not None}

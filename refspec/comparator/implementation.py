@@ -228,7 +228,7 @@ class ImplementationSource(ActualSource):
         inputs = case.input_arrays()
         attrs = record.attrs_of(case.params)
         if plan_of is not None:
-            plan = plan_of(inputs, attrs)
+            plan = plan_of(record.call_of(case.params, inputs))
             target = ops.get(plan.forward)
         else:
             plan, target = None, record

@@ -11,16 +11,12 @@ import math
 import numpy as np
 
 from .. import ops
-from ..spec.enums import RopeMode
 
 __all__ = ["index_of", "index_text", "context_of", "format_value", "format_ulps",
            "element_message", "DIGITS"]
 
 #: significant digits that tell neighbouring values of each dtype apart
 DIGITS = {"bfloat16": 4, "float16": 5, "float32": 9, "float64": 17}
-
-_SHORT = {"cos_pattern": "cos"}
-
 
 def index_of(flat: int, shape: tuple[int, ...], axes: str) -> dict[str, int]:
     """{axis letter (lower case): index} of a flat C-order index. Axes named '1' (size-1 axes
@@ -45,22 +41,15 @@ def index_text(index: dict[str, int], sep: str = ",") -> str:
     return sep.join(f"{k}={v}" for k, v in index.items())
 
 
-def _param_text(key: str, value) -> str:
-    if key == "mode" and isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        try:
-            value = RopeMode(int(value)).label
-        except ValueError:
-            pass
-    return f"{_SHORT.get(key, key)}={value}"
-
-
 def context_of(op: str, params: dict) -> str:
     """``rotary_position_embedding_grad mode=half layout=BNSD cos=11SD dtype=bfloat16``: the
-    parameters the operator's record names as its context."""
+    spec function of the operator (its record id) and the parameters its record names as the
+    context of its messages."""
     record = ops.find(op)
-    keys = record.context if record is not None else ("dtype",)
-    parts = [op] + [_param_text(k, params[k]) for k in keys
-                    if k in params and params[k] is not None]
+    if record is None:
+        return " ".join([str(op)] + [f"dtype={params['dtype']}"] * ("dtype" in params))
+    parts = [record.function] + [f"{k}={params[k]}" for k in record.comparison.context
+                                 if params.get(k) is not None]
     return " ".join(parts)
 
 

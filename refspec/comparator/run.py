@@ -9,13 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from math import prod
-
-from .. import goldens, ops
-from ..goldens.export import select_cases
+from .. import goldens
+from ..goldens.selection import operator_ids, select_ids
 from ..goldens.format import UnknownCaseError
 from ..spec.errors import one_line
-from ..spec.terms import ELEMENTWISE
 from .actuals import H5Source, MemorySource, NpzSource, Problem, TreeSource, ActualSource
 from .benchmark import BenchmarkUnavailable, float32_benchmark
 from .judge import JudgeOptions, golden_output_info, judge_output
@@ -25,7 +22,7 @@ from .naming import context_of
 from .report import STATUS_ROW, NotRun, OutputResult, Report
 from .standards import RATIO_LEVELS, STANDARD_NAMES, resolve_rule
 
-__all__ = ["compare", "open_source", "select_ids", "CompareUsageError", "MAX_THREADS",
+__all__ = ["compare", "open_source", "CompareUsageError", "MAX_THREADS",
            "UNKNOWN_CODE"]
 
 #: the status of a case the kernel rejected without an aclnn code (an exception without one)
@@ -70,33 +67,6 @@ def open_source(actual, mapping: Mapping | None = None) -> ActualSource:
                             ".npz/.npy, HDF5, an msprobe dump directory")
 
 
-def _operator_functions(operators) -> set | None:
-    """The spec function names of ``operators`` (short ids, function or aclnn names)."""
-    if not operators:
-        return None
-    if isinstance(operators, str):
-        operators = [operators]
-    found = set()
-    for name in operators:
-        record = ops.find(name)
-        if record is None:
-            raise CompareUsageError(f"unknown operator {name!r}; allowed: "
-                                    f"{', '.join(ops.ids())}")
-        found.add(record.function)
-    return found
-
-
-def select_ids(gf: goldens.GoldenFile, selectors=None, operators=None) -> list[str]:
-    """The case ids of ``gf`` that ``selectors`` (ids or shell patterns) and ``operators``
-    choose, in file order."""
-    ids = select_cases(gf, selectors)
-    functions = _operator_functions(operators)
-    if functions is None:
-        return ids
-    op_of = {r.case_id: r.op for r in gf.summary()}
-    return [i for i in ids if op_of.get(i) in functions]
-
-
 def _cases(golden, selectors, operators=None, case_ids=None):
     """(label, list of cases, closer) for a path, an open GoldenFile, or case objects."""
     if isinstance(golden, (str, os.PathLike, goldens.GoldenFile)):
@@ -120,9 +90,9 @@ def _cases(golden, selectors, operators=None, case_ids=None):
     if selectors:
         import fnmatch
         cases = [c for c in cases if any(fnmatch.fnmatchcase(c.case_id, s) for s in selectors)]
-    functions = _operator_functions(operators)
-    if functions is not None:
-        cases = [c for c in cases if ops.get(c.op).function in functions]
+    wanted = operator_ids(operators)
+    if wanted is not None:
+        cases = [c for c in cases if c.op in wanted]
     label = cases[0].case_id if len(cases) == 1 else f"{len(cases)} cases"
     return label, iter(cases), len(cases), lambda: None
 
@@ -165,6 +135,10 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
     for name, v in (("rtol", rtol), ("atol", atol)):
         if v is not None and not (v >= 0 and np.isfinite(v)):
             raise CompareUsageError(f"{name} must be a finite number >= 0, got {v!r}")
+    try:
+        operator_ids(operators)
+    except ValueError as exc:
+        raise CompareUsageError(str(exc)) from None
     if mapping is not None and not isinstance(mapping, Mapping):
         mapping = load_mapping(mapping)
     if isinstance(cases, str):
@@ -358,24 +332,6 @@ def _judge_status(case, code, why, report: Report, source: ActualSource) -> bool
     return True
 
 
-#: cases with more input elements than this are judged without the float32 evaluation bound
-ELEMENTWISE_TERMS_MAX = 1 << 24
-
-
-def elementwise_sum_abs(case, names) -> dict:
-    """S (sum of |terms|) of the elementwise outputs ``names`` of a case, from its operator
-    record (the spec's formula blocks on absolute values); {} for large cases or operators
-    without such terms."""
-    record = ops.find(case.op)
-    if not names or record is None or record.elementwise_sum_abs is None:
-        return {}
-    if sum(prod(case.inputs[n].shape) for n in case.input_names) > ELEMENTWISE_TERMS_MAX:
-        return {}
-    inputs = case.input_arrays()
-    return record.elementwise_sum_abs(inputs, record.attrs_of(case.params), case.soc or None,
-                                      names)
-
-
 def _judge_case(case, source, opts: JudgeOptions, report: Report, has_status: bool) -> None:
     context = context_of(case.op, case.params)
     lookups, infos = {}, {}
@@ -391,15 +347,6 @@ def _judge_case(case, source, opts: JudgeOptions, report: Report, has_status: bo
         report.not_run.append(NotRun(case.case_id, case.op, source.not_run_reason(case.case_id)
                                      or "no output and no status"))
         return
-    elem_S = {}
-    if opts.standard == "default" and opts.rtol is None and opts.atol is None:
-        names = [n for n, i in infos.items()
-                 if i["cls"] == ELEMENTWISE and n not in case.sum_abs
-                 and i["dtype_name"] in ("float32", "float64")]
-        try:
-            elem_S = elementwise_sum_abs(case, names)
-        except Exception:       # without S the element rule alone judges
-            elem_S = {}
     bench, bench_error = None, None
     if opts.standard == "ratio":
         try:
@@ -429,5 +376,5 @@ def _judge_case(case, source, opts: JudgeOptions, report: Report, has_status: bo
             continue
         actual = lookups[name]
         res = judge_output(case, name, actual, rule, opts, context,
-                           None if bench is None else bench.get(name), elem_S.get(name), info)
+                           None if bench is None else bench.get(name), None, info)
         report.results.append(res)

@@ -74,7 +74,7 @@ RATIO_LEVELS = {"L0": (10.0, 2.0, 2.0), "L1": (5.0, 1.5, 1.5), "L2": (2.0, 1.2, 
 RATIO_SMALL_COUNT = 2.0
 RATIO_SOURCE = f"{SOURCE}: Ascend commercial dual-benchmark; msprobe level assignment"
 #: msprobe level assignment (npu_rotary_mul is L0; layer_norm/rms_norm backward are L2) is
-#: each operator record's ``ratio_level``
+#: each operator record's ``comparison.ratio_level``
 
 #: reduction class: atol_i = max(atol_dtype, C * sqrt(K) * u_acc * S_i)
 C_REDUCTION = 8.0
@@ -261,7 +261,7 @@ def resolve_rule(standard: str, dtype: str, cls: str, K: int | None, *, rtol=Non
     rule = STANDARDS[standard].rule(dtype, cls, K)
     if standard == "ratio":
         record = None if op is None else ops.find(op)
-        level = ratio_level or (record.ratio_level if record is not None else "L0")
+        level = ratio_level or (record.comparison.ratio_level if record is not None else "L0")
         if level not in RATIO_LEVELS:
             raise ValueError(f"unknown ratio level {level!r}; allowed: {', '.join(RATIO_LEVELS)}")
         return replace(rule, ratio_level=level)

@@ -40,31 +40,35 @@ THREADED_ELEMENTS = 1 << 20
 
 @dataclass
 class CaseData:
-    """Everything the writer needs for one case (plain data)."""
+    """One case as the writer stores it (plain data): its id, operator (record id),
+    parameters, seed, inputs and, for a positive case, the expected outputs (rounded once),
+    their exact values, tolerance terms (``refspec.spec.terms.OutputTerms``) and axis letters;
+    for a negative case the error the spec raised. Absent tensors may be None."""
 
     case_id: str
-    op: str                      # the spec function name
+    op: str
     params: dict
     seed: int
-    soc: str | None
-    distribution: str
     inputs: dict
     expected: dict = field(default_factory=dict)
     exact: dict = field(default_factory=dict)
     terms: dict = field(default_factory=dict)
     axes: dict = field(default_factory=dict)
     error: AclnnError | None = None
+    regenerate: str = ""
 
     @property
     def negative(self) -> bool:
         return self.error is not None
 
-    def writer_kwargs(self, regenerate: str = "") -> dict:
-        """Keyword arguments of GoldenWriter.write_case (after the case id)."""
-        return dict(op=self.op, params=self.params, seed=self.seed, soc=self.soc,
-                    distribution=self.distribution, inputs=self.inputs, expected=self.expected,
-                    exact=self.exact, terms=self.terms, axes=self.axes, expected_error=self.error,
-                    regenerate=regenerate)
+    def present(self, kind: str) -> dict:
+        """The arrays of ``inputs``, ``expected`` or ``exact`` that are not None."""
+        return {k: v for k, v in getattr(self, kind).items() if v is not None}
+
+    def sums(self) -> dict:
+        """The sums of absolute terms of the expected outputs that have them."""
+        return {k: self.terms[k].sum_abs for k in self.present("expected")
+                if self.terms[k].sum_abs is not None}
 
 
 def probe(params: dict) -> AclnnError | None:
@@ -83,22 +87,22 @@ def expected_outputs(op: ops.Operator, params: dict, exact: dict, pool=None) -> 
 
 
 def compute_case(op: ops.Operator, case_id: str, params: dict, seed: int, inputs: dict,
-                 attrs: dict, pool=None) -> CaseData:
-    """The case of ``inputs`` (as stored, in their dtypes) and the spec function's ``attrs``,
-    validated by the profile ``params["soc"]``: a negative case when the profile rejects the
-    call, else the exact outputs, each rounded once to its dtype (``params["dtype"]``), their
-    tolerance terms and axis letters. ``pool`` (an executor) computes the exact outputs beside
-    the terms and rounds the outputs side by side (the same bits)."""
-    soc = params.get("soc")
-    data = CaseData(case_id, op.function, params, seed, soc, params.get("distribution", ""),
-                    inputs)
+                 pool=None) -> CaseData:
+    """The case of ``inputs`` (as stored, in their dtypes) and the parameters ``params`` (the
+    spec's attributes and profile come from them through the record), validated by its
+    profile: a negative case when the profile rejects the call, else the exact outputs, each
+    rounded once to its dtype (``params["dtype"]``), their tolerance terms and axis letters.
+    ``pool`` (an executor) computes the exact outputs beside the terms and rounds the outputs
+    side by side (the same bits)."""
+    data = CaseData(case_id, op.id, params, seed, inputs)
+    call = op.call_of(params, inputs)
     try:
         if pool is None:
-            exact = op.call(inputs, attrs, soc, out_dtype=np.float64)
-            terms = op.terms(inputs, attrs, soc)
+            exact = op.call(call, out_dtype=np.float64)
+            terms = op.generation.terms(call)
         else:                                   # the two passes share nothing
-            pending = pool.submit(op.terms, inputs, attrs, soc)
-            exact = op.call(inputs, attrs, soc, out_dtype=np.float64)
+            pending = pool.submit(op.generation.terms, call)
+            exact = op.call(call, out_dtype=np.float64)
             terms = pending.result()
     except AclnnError as exc:
         data.error = exc
@@ -114,10 +118,10 @@ def build_case(case: Case, threads: int = 1) -> CaseData:
     """Inputs, outputs and metadata of one case (see the module docstring)."""
     op = ops.get(case.op)
     p = case.params
-    large = sum(prod(t.shape) for t in op.plan(p).values()) >= THREADED_ELEMENTS
+    large = sum(prod(t.shape) for t in op.generation.plan(p).values()) >= THREADED_ELEMENTS
     with (ThreadPoolExecutor(threads) if threads > 1 and large else nullcontext()) as pool:
-        inputs = op.sample(p, case.seed, pool)
-        return compute_case(op, case.id, p, case.seed, inputs, op.attrs_of(p), pool)
+        inputs = op.generation.sample(p, case.seed, pool)
+        return compute_case(op, case.id, p, case.seed, inputs, pool)
 
 
 def regenerate_command(case: Case, sweep_ref: str, seed: int) -> str:

@@ -34,7 +34,7 @@ from .cases import build_case, probe, regenerate_command
 from .format import GoldenFileDamagedError
 from .sweep import Case, Sweep, SweepError
 
-__all__ = ["GenerateError", "GenerateInterrupted", "Summary", "check_expectations", "generate",
+__all__ = ["GenerateError", "GenerateInterrupted", "Summary", "Run", "check_expectations", "generate",
            "split", "parts_dir", "CASE_COST"]
 
 
@@ -98,15 +98,25 @@ def check_expectations(sweep: Sweep, cases: list[Case]) -> dict:
 # --- the run in this process --------------------------------------------------------------------
 
 @dataclass
-class _Run:
-    """What every writing task needs: the sweep's identity and the writer's settings."""
+class Run:
+    """A generator run: the sweep's identity (what ``--resume`` and ``merge`` check), the data
+    seed the cases were made with, and the writer's settings; what every writing task needs.
+    ``Run.of(sweep, ...)`` makes one, ``run.generate(cases, out, ...)`` writes the cases."""
 
     sweep_name: str
     sweep_definition: str
     sweep_ref: str
     seed: int
-    compression: str
+    compression: str = goldens.DEFAULT_COMPRESSION
     extra_attrs: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, sweep: Sweep, seed: int | None = None,
+           compression: str = goldens.DEFAULT_COMPRESSION, extra_attrs: dict | None = None):
+        """The run of ``sweep`` with the data seed ``seed`` (default: the sweep's), the
+        compression of its datasets and further root attributes (a tier, a shard label)."""
+        return cls(sweep.name, sweep.definition, sweep.ref,
+                   sweep.seed if seed is None else int(seed), compression, dict(extra_attrs or {}))
 
     def writer(self, path, resume: bool, force: bool, **attrs) -> goldens.GoldenWriter:
         return goldens.GoldenWriter(path, sweep_name=self.sweep_name,
@@ -115,7 +125,7 @@ class _Run:
                                     extra_attrs={**self.extra_attrs, **attrs})
 
 
-def _write(run: _Run, writer, cases: list[Case], threads: int, summary: Summary, progress=None,
+def _write(run: Run, writer, cases: list[Case], threads: int, summary: Summary, progress=None,
            stop=None) -> bool:
     """Build and write the cases the writer lacks; False when ``stop()`` said to stop."""
     for case in cases:
@@ -124,7 +134,8 @@ def _write(run: _Run, writer, cases: list[Case], threads: int, summary: Summary,
         if stop is not None and stop():
             return False
         data = build_case(case, threads)
-        writer.write_case(case.id, **data.writer_kwargs(regenerate_command(case, run.sweep_ref, run.seed)))
+        data.regenerate = regenerate_command(case, run.sweep_ref, run.seed)
+        writer.write_case(data)
         summary.cases += 1
         summary.negative += data.negative
         if progress:
@@ -132,7 +143,7 @@ def _write(run: _Run, writer, cases: list[Case], threads: int, summary: Summary,
     return True
 
 
-def _generate_here(run: _Run, cases, out, resume, force, progress, summary) -> None:
+def _generate_here(run: Run, cases, out, resume, force, progress, summary) -> None:
     if resume and os.path.exists(os.path.join(parts_dir(out), "plan.json")):
         raise GenerateError(f"{parts_dir(out)}{os.sep} holds an interrupted run in parts: resume "
                             "it with --jobs 2 or more, or start over with --force")
@@ -151,7 +162,8 @@ CASE_COST = 1 << 15
 
 
 def _cost(case: Case) -> int:
-    return CASE_COST + sum(prod(t.shape) for t in ops.get(case.op).plan(case.params).values())
+    plan = ops.get(case.op).generation.plan(case.params)
+    return CASE_COST + sum(prod(t.shape) for t in plan.values())
 
 
 def split(cases: list[Case], parts: int) -> list[list[Case]]:
@@ -169,7 +181,7 @@ def parts_dir(out) -> str:
 class _Part:
     """One task: write ``cases`` into the part file ``path`` (``label`` "K/P")."""
 
-    run: _Run
+    run: Run
     path: str
     label: str
     cases: list
@@ -219,9 +231,9 @@ def _plan(cases: list[Case], directory: str, parts: int, resume: bool) -> list[t
     return [(os.path.join(directory, f), g) for f, g in planned]
 
 
-def _generate_parts(run: _Run, cases, out, jobs, scheduler, resume, force, progress,
-                    summary) -> None:
+def _generate_parts(run: Run, cases, out, jobs, scheduler, resume, force, progress) -> Summary:
     directory = parts_dir(out)
+    summary = Summary(path=out)
     if resume and os.path.exists(goldens.part_path(out)):
         raise GenerateError(f"{goldens.part_path(out)} is an interrupted run in one process: "
                             "resume it with --jobs 1, or start over with --force")
@@ -231,7 +243,7 @@ def _generate_parts(run: _Run, cases, out, jobs, scheduler, resume, force, progr
         with goldens.open(out) as gf:
             if gf.complete and set(c.id for c in cases) <= set(gf.case_ids()):
                 summary.skipped = len(cases)
-                return
+                return summary
         raise GenerateError(f"{out}: complete, but without some of the selected cases; "
                             "generate them into another file, or start over with --force")
     if force and os.path.isdir(directory):
@@ -268,6 +280,7 @@ def _generate_parts(run: _Run, cases, out, jobs, scheduler, resume, force, progr
                        {**_root_of(tasks[0].path), **run.extra_attrs})
     os.remove(os.path.join(directory, "plan.json"))
     summary.parts = len(tasks)
+    return summary
 
 
 def _root_of(part: str) -> dict:
@@ -276,25 +289,25 @@ def _root_of(part: str) -> dict:
         return {k: v for k, v in gf.attrs.items() if k not in ("complete", "part", "created")}
 
 
-def generate(sweep: Sweep, cases: list[Case], out, *, seed: int | None = None, jobs: int = 1,
-             scheduler: str | None = None, compression: str = goldens.DEFAULT_COMPRESSION,
-             resume: bool = False, force: bool = False, progress=None,
-             extra_attrs: dict | None = None) -> Summary:
-    """Write ``cases`` of ``sweep`` to ``out`` (see the module docstring). ``seed`` is the data
-    seed the cases were made with (default: the sweep's); ``progress(n)`` is called as cases are
-    written or skipped. Raises ``GenerateInterrupted`` on Ctrl-C."""
+def generate(sweep: Sweep, cases: list[Case], out, *, jobs: int = 1, scheduler: str | None = None,
+             resume: bool = False, force: bool = False, progress=None, run: Run | None = None
+             ) -> Summary:
+    """Write ``cases`` of ``sweep`` to ``out`` (see the module docstring); ``run`` gives a data
+    seed, compression or root attributes other than the sweep's defaults (``Run.of``).
+    ``progress(n)`` is called as cases are written or skipped. Raises ``GenerateInterrupted``
+    on Ctrl-C."""
     start = time.perf_counter()
-    run = _Run(sweep.name, sweep.definition, sweep.ref, sweep.seed if seed is None else int(seed),
-               compression, dict(extra_attrs or {}))
+    run = run or Run.of(sweep)
     out = os.fspath(out)
-    summary = Summary(path=out)
     here = jobs <= 1 and not scheduler
     try:
         if here:
+            summary = Summary(path=out)
             _generate_here(run, cases, out, resume, force, progress, summary)
         else:
-            _generate_parts(run, cases, os.path.abspath(out), jobs, scheduler, resume, force,
-                            progress, summary)
+            summary = _generate_parts(run, cases, os.path.abspath(out), jobs, scheduler, resume,
+                                      force, progress)
+            summary.path = out
     except GenerateInterrupted:
         raise
     except KeyboardInterrupt:

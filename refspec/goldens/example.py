@@ -1,17 +1,18 @@
 """Small, real golden cases computed by the spec functions, for the store's docs example, the
 compression benchmark and the store's tests (the sweep generator builds the real sets).
 
-Each function returns the keyword arguments of ``GoldenWriter.write_case`` (without the
-case id): random inputs rounded to the case dtype, outputs from the public spec functions
-rounded once and exact (``out_dtype=np.float64``), and the tolerance terms of
-``refspec.spec.terms``.
+Each function returns the ``refspec.goldens.cases.CaseData`` that ``GoldenWriter.write_case``
+takes: random inputs rounded to the case dtype, outputs from the public spec functions rounded
+once and exact (``out_dtype=np.float64``), and the tolerance terms of ``refspec.spec.terms``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from .cases import CaseData
 from ..spec.dtypes import dtype_name, resolve_dtype, round_to
+from ..spec.enums import RopeMode, RopeType
 from ..spec.nrc import norm_rope_concat, norm_rope_concat_backward
 from ..spec.rope import rotary_position_embedding_grad
 from ..spec.terms import norm_rope_concat_backward_terms, rope_grad_terms
@@ -19,9 +20,11 @@ from ..spec.terms import norm_rope_concat_backward_terms, rope_grad_terms
 __all__ = ["rope_grad_case", "nrc_backward_case"]
 
 
-def rope_grad_case(B=2, N=4, S=16, D=32, dtype="float32", mode=0, with_x=True, seed=0,
-                   soc=None) -> dict:
-    """RotaryPositionEmbeddingGrad, BNSD with cos/sin 11SD, random inputs."""
+def rope_grad_case(shape=(2, 4, 16, 32), dtype="float32", mode=0, with_x=True, seed=0,
+                   soc=None, case_id="rope_grad/example") -> CaseData:
+    """RotaryPositionEmbeddingGrad, BNSD (``shape`` = B, N, S, D) with cos/sin 11SD, random
+    inputs."""
+    B, N, S, D = shape
     dt = resolve_dtype(dtype)
     rng = np.random.default_rng(seed)
     dy = round_to(rng.standard_normal((B, N, S, D)), dt)
@@ -31,21 +34,23 @@ def rope_grad_case(B=2, N=4, S=16, D=32, dtype="float32", mode=0, with_x=True, s
     names = ("dx", "dcos", "dsin")
     rounded = rotary_position_embedding_grad(dy, cos, sin, x, mode=mode, soc=soc)
     exact = rotary_position_embedding_grad(dy, cos, sin, x, mode=mode, soc=soc, out_dtype=np.float64)
-    params = dict(op="rope_grad", mode=int(mode), layout="BNSD", cos_pattern="11SD",
-                  dtype=dtype_name(dt), soc=soc, distribution="random", B=B, N=N, S=S, D=D,
+    params = dict(op="rope_grad", mode=RopeMode(mode).label, layout="BNSD", cos="11SD",
+                  dtype=dtype_name(dt), soc=soc, dist="random", B=B, N=N, S=S, D=D,
                   x=bool(with_x))
-    return dict(op="rotary_position_embedding_grad", params=params, seed=seed, soc=soc,
-                distribution="random", inputs=dict(dy=dy, cos=cos, sin=sin, x=x),
-                expected=dict(zip(names, rounded)), exact=dict(zip(names, exact)),
-                terms=rope_grad_terms(dy, cos, sin, x, mode=mode, soc=soc),
-                axes=dict.fromkeys(names, "BNSD"),
-                regenerate=f"refspec.goldens.example.rope_grad_case(B={B}, N={N}, S={S}, D={D}, "
-                           f"dtype={dtype_name(dt)!r}, mode={mode}, with_x={with_x}, seed={seed})")
+    return CaseData(case_id, "rope_grad", params, seed, dict(dy=dy, cos=cos, sin=sin, x=x),
+                    expected=dict(zip(names, rounded)), exact=dict(zip(names, exact)),
+                    terms=rope_grad_terms(dy, cos, sin, x, mode=mode, soc=soc),
+                    axes=dict.fromkeys(names, "BNSD"),
+                    regenerate=f"refspec.goldens.example.rope_grad_case(shape={tuple(shape)}, "
+                               f"dtype={dtype_name(dt)!r}, mode={mode}, with_x={with_x}, "
+                               f"seed={seed})")
 
 
-def nrc_backward_case(B=1, N=2, Sq=8, Sk=8, Seq=4, Sek=4, D=16, dtype="float32", norm_type=2,
-                      norm_added_type=1, rope_type=2, concat_order=0, seed=0, soc=None) -> dict:
-    """NormRopeConcatBackward with both streams; mean/rstd from the spec's forward (float32)."""
+def nrc_backward_case(dtype="float32", norm_type=2, norm_added_type=1, rope_type=2, seed=0,
+                      soc=None, case_id="nrc_grad/example") -> CaseData:
+    """NormRopeConcatBackward with both streams (B1 N2 Sq8 Sk8 Seq4 Sek4 D16, concat order 0);
+    mean/rstd from the spec's forward (float32)."""
+    B, N, Sq, Sk, Seq, Sek, D, concat_order = 1, 2, 8, 8, 4, 4, 16, 0
     dt = resolve_dtype(dtype)
     rng = np.random.default_rng(seed)
 
@@ -80,10 +85,11 @@ def nrc_backward_case(B=1, N=2, Sq=8, Sk=8, Seq=4, Sek=4, D=16, dtype="float32",
     terms = norm_rope_concat_backward_terms(inputs, attrs, soc)
     expected = {n: a for n, a in rounded.items() if a is not None}
     axes = {n: ("D" if a.ndim == 1 else "BSND") for n, a in expected.items()}
-    params = dict(op="nrc_grad", **attrs, dtype=dtype_name(dt), soc=soc, distribution="random",
-                  B=B, N=N, Sq=Sq, Sk=Sk, Seq=Seq, Sek=Sek, D=D, Sr=Sr)
-    return dict(op="norm_rope_concat_backward", params=params, seed=seed, soc=soc,
-                distribution="random", inputs=inputs, expected=expected,
-                exact={n: exact[n] for n in expected}, terms=terms, axes=axes,
-                regenerate=f"refspec.goldens.example.nrc_backward_case(dtype={dtype_name(dt)!r}, "
-                           f"seed={seed})")
+    params = dict(op="nrc_grad", norm_type=norm_type, norm_added_type=norm_added_type,
+                  rope_type=RopeType(rope_type).name.lower(), concat_order=concat_order,
+                  dtype=dtype_name(dt), soc=soc, dist="random", B=B, N=N, Sq=Sq, Sk=Sk, Seq=Seq,
+                  Sek=Sek, D=D, Sr=Sr)
+    return CaseData(case_id, "nrc_grad", params, seed, inputs, expected=expected,
+                    exact={n: exact[n] for n in expected}, terms=terms, axes=axes,
+                    regenerate=f"refspec.goldens.example.nrc_backward_case("
+                               f"dtype={dtype_name(dt)!r}, seed={seed})")

@@ -18,7 +18,6 @@ so no HDF5 attribute is read per case.
 
 from __future__ import annotations
 
-import fnmatch
 import itertools
 import json
 import os
@@ -31,12 +30,13 @@ from .. import ops
 from ..spec.dtypes import bfloat16, dtype_name
 from . import executors
 from .atomic import write_chunks_atomic
-from .format import GoldenFileError, UnknownCaseError, check_case_id
+from .format import GoldenFileError, check_case_id
 from .read import GoldenCase, GoldenFile, LazyArray
+from .selection import match_ids
 from .format import stored_dtype
 from .layout import CASE_JSON, EXPORT_SCHEMA, STATUS_FILE
 
-__all__ = ["FORMATS", "ExportError", "ExportedFile", "select_cases", "export_cases", "case_dir"]
+__all__ = ["FORMATS", "ExportError", "ExportedFile", "export_cases", "case_dir"]
 
 FORMATS = ("bin", "npy")
 BLOCK_BYTES = 64 << 20
@@ -53,30 +53,6 @@ class ExportedFile(NamedTuple):
     array: LazyArray
 
 
-def select_cases(gf: GoldenFile, selectors=None) -> list[str]:
-    """Case ids for ``--case`` values: exact ids, or shell patterns (``rope_grad/mode=half/*``);
-    all cases when none are given. Unknown ids and patterns matching nothing are errors."""
-    ids = gf.case_ids()
-    if not selectors:
-        return ids
-    chosen, seen = [], set()
-    for sel in selectors:
-        if any(c in sel for c in "*?["):
-            matched = [c for c in ids if fnmatch.fnmatchcase(c, sel)]
-            if not matched:
-                raise UnknownCaseError(f"no case of {gf.path} matches {sel!r}")
-        elif sel in gf:
-            matched = [sel]
-        else:
-            raise UnknownCaseError(f"case {sel!r} is not in {gf.path} ({len(ids)} cases; "
-                                   f"`refspec show {gf.path}` lists them)")
-        for c in matched:
-            if c not in seen:
-                seen.add(c)
-                chosen.append(c)
-    return chosen
-
-
 def case_dir(out_dir, case_id: str) -> str:
     return os.path.join(os.fspath(out_dir), *check_case_id(case_id).split("/"))
 
@@ -91,7 +67,7 @@ def operator_of(case: GoldenCase) -> ops.Operator:
 
 def plan_files(case: GoldenCase, fmt: str) -> list[ExportedFile]:
     op = operator_of(case)
-    files = [ExportedFile("input", n, op.input_file(n, fmt), case.inputs[n])
+    files = [ExportedFile("input", n, op.tensor_file(n, fmt), case.inputs[n])
              for n in case.input_names]
     files += [ExportedFile("golden", n, op.golden_file(n, fmt), case.expected[n])
               for n in case.output_names]
@@ -158,7 +134,7 @@ def case_description(case: GoldenCase, gf: GoldenFile, fmt: str, written: dict,
                  "byte_size": size, "data_bytes": arr.nbytes, "sha256": sha}
         if f.role == "golden":
             meta = case.output_meta(f.python_name)
-            entry.update(output_file=op.output_file(f.python_name, fmt),
+            entry.update(output_file=op.tensor_file(f.python_name, fmt),
                          comparison_class=meta["comparison_class"],
                          reduced_terms=meta["reduced_terms"], axes=meta["axes"])
         files.append(entry)
@@ -217,7 +193,7 @@ def export_cases(path, out_dir, case_ids=None, fmt: str = "bin", force: bool = F
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise ExportError("output exists and is not a directory", out_dir)
     with GoldenFile(path) as gf:
-        ids = select_cases(gf, case_ids)
+        ids = match_ids(gf, case_ids)
         if not force and os.path.isdir(out_dir):      # nothing is written if anything exists
             existing = [t for case_id in ids for t in _targets(gf[case_id], out_dir, fmt)
                         if os.path.lexists(t)]

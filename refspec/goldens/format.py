@@ -1,4 +1,4 @@
-"""Golden HDF5 schema v1: constants, errors and the encoding of arrays and attributes.
+"""Golden HDF5 schema: constants, errors and the encoding of arrays and attributes.
 
 The layout itself is documented in docs/goldens.md. This module holds what the writer, the
 reader, the merger and the exporter share: the schema version, the error types, the dtype
@@ -21,11 +21,13 @@ __all__ = [
     "COMPRESSIONS", "DEFAULT_COMPRESSION", "DEFAULT_GZIP_LEVEL", "LIBVER",
     "GoldenFileError", "GoldenFileExistsError", "GoldenFileDamagedError", "UnknownCaseError",
     "part_path", "encode_array", "decode_array", "stored_dtype", "bits_to_bfloat16", "chunk_shape",
-    "compression_filters", "case_path", "check_case_id", "to_jsonable", "attr_value",
+    "compression_filters", "describe_compression", "case_path", "check_case_id", "to_jsonable", "attr_value",
     "read_attrs", "atomic_replace",
 ]
 
-SCHEMA_VERSION = 1
+#: 2: metadata in the index only, parameters under the axes' names, operators by record id
+#: (files of schema 1 are read through ``refspec.goldens.legacy``)
+SCHEMA_VERSION = 2
 CASES_GROUP = "cases"
 INDEX_DATASET = "index"
 #: the subgroups of a case group, in the order they are written
@@ -144,11 +146,16 @@ def chunk_shape(shape: tuple[int, ...], itemsize: int, target: int = CHUNK_BYTES
     return tuple(chunk)
 
 
-def compression_filters(compression: str | None, shuffle: bool | None = None) -> dict:
-    """h5py ``create_dataset`` keywords for ``"none"``, ``"lzf"``, ``"gzip"`` or ``"gzip:N"``
-    (N = 1..9, default 1) and the byte-shuffle filter (``shuffle=None``: on for gzip, where it
-    makes files both smaller and faster to read, off otherwise)."""
-    name = (compression or "none").lower()
+def compression_filters(compression: str | None) -> dict:
+    """h5py ``create_dataset`` keywords for a compression spelled ``NAME[:LEVEL][+shuffle|
+    -shuffle]``: ``"none"``, ``"lzf"``, ``"gzip"`` or ``"gzip:N"`` (N = 1..9, default 1), with
+    HDF5's byte-shuffle filter on (``+shuffle``) or off (``-shuffle``); by default it is on for
+    gzip, where it makes files both smaller and faster to read, and off otherwise."""
+    text = (compression or "none").lower()
+    name, shuffle = text, None
+    for suffix, on in (("+shuffle", True), ("-shuffle", False)):
+        if text.endswith(suffix):
+            name, shuffle = text[:-len(suffix)], on
     level = None
     if name.startswith("gzip:") or name.startswith("gzip-"):
         name, _, lvl = name.partition(name[4])
@@ -157,7 +164,7 @@ def compression_filters(compression: str | None, shuffle: bool | None = None) ->
         level = int(lvl)
     if name not in COMPRESSIONS:
         raise ValueError(f"compression {compression!r} is not supported; allowed: none, lzf, "
-                         "gzip, gzip:N (N = 1..9)")
+                         "gzip, gzip:N (N = 1..9), each with +shuffle or -shuffle")
     if shuffle is None:
         shuffle = name == "gzip"
     if name == "none":
@@ -166,6 +173,15 @@ def compression_filters(compression: str | None, shuffle: bool | None = None) ->
     if name == "gzip":
         kw["compression_opts"] = DEFAULT_GZIP_LEVEL if level is None else level
     return kw
+
+
+def describe_compression(filters: dict) -> str:
+    """"none", "lzf", "gzip:1", with "+shuffle" when the shuffle filter is on: the spelling
+    ``compression_filters`` reads back."""
+    name = filters.get("compression", "none")
+    if name == "gzip":
+        name = f"gzip:{filters['compression_opts']}"
+    return name + ("+shuffle" if filters.get("shuffle") else "")
 
 
 # --- case ids -------------------------------------------------------------------------------

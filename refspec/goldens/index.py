@@ -3,27 +3,24 @@
 ``/index`` lists the case ids in file order; ``/summary`` holds one row per case, aligned with
 it: operator, dtype, chip profile, whether the case is negative, the bytes of its arrays
 (logical and as stored), and ``meta``, a JSON text with everything else a reader needs before
-it reads data (the case's parameters, seed, distribution, expected error, regenerate command,
-and each dataset's shape and attributes). The writer appends both together; whole-file
-questions (``refspec show FILE``) are answered from them without opening a single case, and a
-reader opens a case's group only when it reads the case's arrays. HDF5 reads an attribute in
-about 70 us, so this is what makes a pass over thousands of small cases fast. Files written
-before ``/summary`` existed, or whose last rows were lost to a crash, get the missing rows from
-the cases themselves (``row_of_case``, with no ``meta``: such cases are read the slow way).
+it reads data (the case's parameters, seed, expected error, regenerate command, and each
+dataset's dtype, shape and, for the expected outputs, comparison class, reduced terms and
+axes). This is the one place a case's metadata is written (schema 2): its group holds its
+arrays only. The writer appends both together; whole-file questions (``refspec show FILE``) are
+answered from them without opening a single case, and a reader opens a case's group only when
+it reads the case's arrays.
 """
 
 from __future__ import annotations
 
-import json
 from typing import NamedTuple
 
 import h5py
 import numpy as np
 
-from .format import INDEX_DATASET, attr_value
+from .format import INDEX_DATASET
 
-__all__ = ["SUMMARY_GROUP", "Row", "create", "append", "read_ids", "read_rows", "rewrite",
-           "row_of_case"]
+__all__ = ["SUMMARY_GROUP", "Row", "create", "append", "read_ids", "read_rows", "rewrite"]
 
 SUMMARY_GROUP = "summary"
 _STR = h5py.string_dtype("utf-8")
@@ -107,21 +104,3 @@ def rewrite(f: h5py.File, rows: list[Row]) -> None:
             del f[name]
     create(f)
     append(f, rows)
-
-
-def row_of_case(case_id: str, group: h5py.Group) -> Row:
-    """The summary row of a case read from its group (attributes and datasets)."""
-    a = group.attrs
-    params = attr_value(a.get("params", "{}"))
-    dtype = json.loads(params).get("dtype") if params else None
-    data = stored = 0
-    for sub in ("inputs", "expected", "exact", "sum_abs"):
-        if sub not in group:
-            continue
-        for name, ds in group[sub].items():
-            if dtype is None and sub == "inputs":
-                dtype = attr_value(ds.attrs.get("dtype"))
-            data += int(np.prod(ds.shape, dtype=np.int64)) * ds.dtype.itemsize
-            stored += int(ds.id.get_storage_size())
-    return Row(case_id, attr_value(a.get("op", "")), str(dtype), attr_value(a.get("soc", "")) or "",
-               bool(int(attr_value(a.get("expected_error_code", 0)))), data, stored)

@@ -94,14 +94,14 @@ def file_manifest(path, tier: str | None = None) -> dict:
 def sweep_manifest(sweep_ref: str = "smoke", tier: str | None = None, jobs: int = 1,
                    compression: str = "none") -> dict:
     """Generate a sweep tier into a temporary file and return its manifest."""
-    from .engine import generate
+    from .engine import Run, generate
     from .sweep import load_sweep
     sweep = load_sweep(sweep_ref)
     tier = sweep.check_tier(tier)
     with tempfile.TemporaryDirectory(prefix="refspec-manifest-") as tmp:
         out = os.path.join(tmp, f"{sweep.name}.h5")
-        generate(sweep, sweep.cases(tier), out, jobs=jobs, compression=compression,
-                 extra_attrs={"tier": tier})
+        generate(sweep, sweep.cases(tier), out, jobs=jobs,
+                 run=Run.of(sweep, compression=compression, extra_attrs={"tier": tier}))
         return file_manifest(out, tier)
 
 

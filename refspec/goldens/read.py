@@ -1,6 +1,8 @@
-"""Reading golden HDF5 files (schema v1): GoldenFile, GoldenCase, LazyArray.
+"""Reading golden HDF5 files: GoldenFile, GoldenCase, LazyArray.
 
-Nothing is read before it is asked for: a LazyArray reads the slices it is indexed with (or
+Everything but the arrays' data comes from the file's index (``refspec.goldens.index``),
+read once; files of schema 1 are read as schema 2 (``refspec.goldens.legacy``). Nothing is
+read before it is asked for: a LazyArray reads the slices it is indexed with (or
 whole, with ``read()``), decoding bfloat16 bit patterns to ``ml_dtypes.bfloat16``, so a
 comparator can stream a 4 GiB file in blocks (``LazyArray.blocks``).
 """
@@ -15,9 +17,9 @@ from math import prod
 import h5py
 import numpy as np
 
-from . import index
 from ..spec.dtypes import bfloat16
 from ..spec.errors import one_line
+from . import index, legacy
 from .format import (BF16_ENCODING, CASE_SUBGROUPS, CASES_GROUP, INDEX_DATASET, SCHEMA_VERSION,
                      GoldenFileError, UnknownCaseError, case_path, decode_array, read_attrs)
 
@@ -31,26 +33,17 @@ class LazyArray:
     read it whole.
     """
 
-    def __init__(self, ds, name: str | None = None, described: dict | None = None):
-        """``ds``: the h5py Dataset, or a function that opens it (returning its low-level
-        ``h5py.h5d.DatasetID``) when data are first read; ``described``: the dataset's
-        attributes and shape from the file's index (then no attribute is read from HDF5)."""
-        self._ds = ds if isinstance(ds, h5py.Dataset) else None
-        self._id = None if self._ds is None else self._ds.id
-        self._open = None if self._ds is not None else ds
-        if described is None:
-            ds = self._dataset
-            self._attrs = None
-            self.name = ds.name.rsplit("/", 1)[-1]
-            self.encoding = ds.attrs.get("encoding")
-            self.dtype = bfloat16 if self.encoding == BF16_ENCODING else ds.dtype
-            self.shape = tuple(ds.shape)
-        else:
-            self._attrs = {k: v for k, v in described.items() if k != "shape"}
-            self.name = name
-            self.encoding = self._attrs.get("encoding")
-            self.dtype = bfloat16 if self.encoding == BF16_ENCODING else np.dtype(self._attrs["dtype"])
-            self.shape = tuple(described["shape"])
+    def __init__(self, opener, name: str, described: dict):
+        """``opener()`` opens the dataset (its low-level ``h5py.h5d.DatasetID``) when data are
+        first read; ``described``: its attributes and shape as the file's index gives them."""
+        self._ds = None
+        self._id = None
+        self._open = opener
+        self._attrs = {k: v for k, v in described.items() if k != "shape"}
+        self.name = name
+        self.encoding = self._attrs.get("encoding")
+        self.dtype = bfloat16 if self.encoding == BF16_ENCODING else np.dtype(self._attrs["dtype"])
+        self.shape = tuple(described["shape"])
 
     @property
     def _dsid(self) -> h5py.h5d.DatasetID:
@@ -97,9 +90,8 @@ class LazyArray:
 
     @property
     def attrs(self) -> dict:
-        """The dataset's attributes (read once)."""
-        if self._attrs is None:
-            self._attrs = read_attrs(self._dataset)
+        """What the file's index says of the dataset: dtype (and ``encoding`` for bfloat16
+        bits), and for an expected output its comparison class, reduced terms and axes."""
         return dict(self._attrs)
 
     @property
@@ -225,32 +217,29 @@ def _raw_extents(dsid: h5py.h5d.DatasetID, shape: tuple):
 
 
 class ArrayGroup(Mapping):
-    """Name -> LazyArray for one subgroup of a case (empty when the subgroup is absent)."""
+    """Name -> array for one subgroup of a case (empty when the subgroup is absent): a
+    LazyArray for each dataset the index describes (``opener(name)`` opens it), and for a
+    file of schema 1 the sums of absolute terms it lacks, computed on first use
+    (``computed``: name -> a function giving the array)."""
 
-    def __init__(self, group: h5py.Group | None, described: dict | None = None, opener=None,
-                 where: str = ""):
-        """From the subgroup itself, or (``described``: name -> attributes and shape from the
-        file's index) without touching HDF5 until ``opener(name)`` opens a dataset to read it."""
-        self._group = group
+    def __init__(self, described: dict, opener, where: str, computed: dict | None = None):
         self._described = described
         self._opener = opener
-        self._where = where or ("absent" if group is None else group.name)
-        if described is not None:
-            self._names = list(described)
-        else:
-            self._names = [] if group is None else list(group.keys())
-        self._arrays: dict[str, LazyArray] = {}
+        self._where = where
+        self._computed = dict(computed or {})
+        self._names = list(described) + [n for n in self._computed if n not in described]
+        self._arrays: dict = {}
 
-    def __getitem__(self, name) -> LazyArray:
+    def __getitem__(self, name):
         if name not in self._names:
             raise KeyError(f"no dataset {name!r} in {self._where}; present: "
                            f"{', '.join(self._names) or 'none'}")
         if name not in self._arrays:
-            if self._described is None:
-                self._arrays[name] = LazyArray(self._group[name])
-            else:
+            if name in self._described:
                 self._arrays[name] = LazyArray(lambda: self._opener(name), name,
                                                self._described[name])
+            else:
+                self._arrays[name] = self._computed[name]()
         return self._arrays[name]
 
     def __iter__(self):
@@ -267,47 +256,36 @@ class ArrayGroup(Mapping):
 
 
 class GoldenCase:
-    """One case of a golden file: its metadata and lazily read arrays.
+    """One case of a golden file: its metadata (``meta``, its row of the file's index) and
+    lazily read arrays; ``open_group()`` opens the case's HDF5 group when data are first
+    read. ``sums`` are sums of absolute terms computed for a file of schema 1 that lacks them
+    (``refspec.goldens.legacy``)."""
 
-    ``group`` is the case's HDF5 group, or a function that opens it; with ``row`` (its
-    ``refspec.goldens.index.Row`` with ``meta``) everything but the arrays' data comes
-    from the file's index, and the group is opened only when data are read.
-    """
-
-    def __init__(self, group, row: index.Row | None = None):
-        self._group = group if isinstance(group, h5py.Group) else None
-        self._open = None if self._group is not None else group
-        self._attrs = None
+    def __init__(self, case_id: str, op: str, meta: dict, open_group, sums: dict | None = None):
+        self._open = open_group
+        self._group = None
         self._input_arrays = None
-        meta = json.loads(row.meta) if row is not None and row.meta else None
-        if meta is None:
-            a = self.attrs
-            self.case_id: str = a["case_id"]
-            self.op: str = a["op"]
-            self.params: dict = json.loads(a["params"])
-            self.seed: int = int(a["seed"])
-            self.soc: str = a.get("soc", "")
-            self.distribution: str = a.get("distribution", "")
-            error = (int(a.get("expected_error_code", 0)), a.get("expected_error_status"),
-                     a.get("expected_error_message"))
-            self.regenerate: str = a.get("regenerate", "")
-            g = self.group
-            for sub in CASE_SUBGROUPS:
-                setattr(self, sub, ArrayGroup(g.get(sub)))
-        else:
-            self.case_id, self.op, self.soc = row.case_id, row.op, row.soc
-            self.params = meta["params"]
-            self.seed = int(meta["seed"])
-            self.distribution = meta["distribution"]
-            self.regenerate = meta["regenerate"]
-            error = tuple(meta["error"]) if meta["error"] else (0, None, None)
-            arrays = meta["arrays"]
-            for sub in CASE_SUBGROUPS:
-                setattr(self, sub, ArrayGroup(None, arrays.get(sub, {}), self._opener(sub),
-                                              where=f"{self.case_id}/{sub}"))
+        self.case_id, self.op, self.meta = case_id, op, meta
+        self.params: dict = meta["params"]
+        self.seed: int = int(meta["seed"])
+        self.regenerate: str = meta.get("regenerate", "")
+        error = tuple(meta["error"]) if meta.get("error") else (0, None, None)
         self.expected_error: int | None = int(error[0]) or None
         self.expected_error_status: str | None = error[1] or None
         self.expected_error_message: str | None = error[2] or None
+        arrays = meta.get("arrays", {})
+        for sub in CASE_SUBGROUPS:
+            setattr(self, sub, ArrayGroup(arrays.get(sub, {}), self._opener(sub),
+                                          f"{case_id}/{sub}", sums if sub == "sum_abs" else None))
+
+    @property
+    def soc(self) -> str:
+        """The chip profile ("" for the math-only one)."""
+        return self.params.get("soc") or ""
+
+    @property
+    def distribution(self) -> str:
+        return self.params.get("dist", "")
 
     @property
     def group(self) -> h5py.Group:
@@ -315,13 +293,6 @@ class GoldenCase:
         if self._group is None:
             self._group = self._open()
         return self._group
-
-    @property
-    def attrs(self) -> dict:
-        """The case group's attributes (read from HDF5 on first use)."""
-        if self._attrs is None:
-            self._attrs = read_attrs(self.group)
-        return self._attrs
 
     def _opener(self, sub: str):
         def open_dataset(name):
@@ -393,11 +364,15 @@ class GoldenFile:
         """The part files a ``--jobs`` run's index links to (empty for a self-contained file)."""
         return list(self._part_files)
 
+    @property
+    def schema(self) -> int:
+        return int(self.attrs["schema_version"])
+
     def summary(self) -> list[index.Row]:
-        """One ``refspec.goldens.index.Row`` per case in file order, from the index at
-        the file's root (rows it lacks are read from the cases)."""
+        """One ``refspec.goldens.index.Row`` per case in file order, from the index at the
+        file's root (a file of schema 1 read as schema 2: ``refspec.goldens.legacy``)."""
         rows = self._rows()
-        return [rows.get(c) or index.row_of_case(c, self.case_group(c)) for c in self._ids]
+        return [rows[c] for c in self._ids]
 
     def case_group(self, case_id: str) -> h5py.Group:
         """The HDF5 group of a case (in its part file, for the index of a ``--jobs`` run: the
@@ -434,13 +409,23 @@ class GoldenFile:
     def __getitem__(self, case_id: str) -> GoldenCase:
         if case_id not in self._id_set:
             raise UnknownCaseError(f"case {case_id!r} is not in {self.path} "
-                                   f"({len(self._ids)} cases; `refspec show {self.path}` lists them)")
-        return GoldenCase(lambda: self.case_group(case_id), self._rows().get(case_id))
+                                   f"({len(self._ids)} cases; `refspec show {self.path} --ids` "
+                                   "lists them)")
+        row = self._rows()[case_id]
+        meta = json.loads(row.meta)
+        case = GoldenCase(case_id, row.op, meta, lambda: self.case_group(case_id))
+        if self.schema < SCHEMA_VERSION:
+            case = legacy.with_sums(case)
+        return case
 
     def _rows(self) -> dict:
-        """The index rows by case id (read once; cases without one are read from their groups)."""
+        """The index rows by case id (read once; a file of schema 1 has them upgraded)."""
         if self._row_of is None:
-            self._row_of = {r.case_id: r for r in index.read_rows(self._file, self._ids) if r}
+            rows = index.read_rows(self._file, self._ids)
+            if self.schema < SCHEMA_VERSION:
+                rows = [legacy.upgrade_row(c, r, lambda c=c: self.case_group(c))
+                        for c, r in zip(self._ids, rows)]
+            self._row_of = {r.case_id: r for r in rows}
         return self._row_of
 
     def __iter__(self):

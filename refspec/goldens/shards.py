@@ -25,7 +25,8 @@ import h5py
 from . import index
 from .format import GoldenFileError, GoldenFileExistsError, atomic_replace, case_path, part_path
 from .read import GoldenFile
-from .write import SWEEP_ATTRS, create_golden_file, require_case_parent, utc_now
+from .h5_objects import CaseGroups
+from .write import SWEEP_ATTRS, create_golden_file, utc_now
 
 __all__ = ["merge", "pack", "write_index", "shard_label"]
 
@@ -123,11 +124,11 @@ def _copy_cases(out_path: str, root: dict, order: list[tuple[GoldenFile, str]],
     tmp = part_path(out_path)
     f = create_golden_file(tmp, root)
     try:
-        parents: dict = {}
+        groups = CaseGroups(f)
         for gf, case_id in order:
             group = gf.case_group(case_id)
-            parent = require_case_parent(f, case_id, parents)
-            group.file.copy(group, parent, name=case_id.rsplit("/", 1)[-1])
+            group.file.copy(group, groups.parent(case_id), name=case_id.rsplit("/", 1)[-1])
+            groups.add(case_id)
         index.append(f, [rows[c] for _, c in order])
         f.attrs["complete"] = complete
         f.flush()
@@ -197,10 +198,11 @@ def write_index(out_path, part_paths: list[str], order: list[str], root: dict) -
             raise GoldenFileError(f"{len(missing)} cases are in no part file, e.g. {missing[0]}", out_path)
         f = create_golden_file(tmp, {**root, "parts": json.dumps(names)})
         try:
-            parents: dict = {}
+            groups = CaseGroups(f)
             for case_id in order:
-                parent = require_case_parent(f, case_id, parents)
-                parent[case_id.rsplit("/", 1)[-1]] = h5py.ExternalLink(where[case_id], case_path(case_id))
+                groups.parent(case_id)[case_id.rsplit("/", 1)[-1]] = h5py.ExternalLink(
+                    where[case_id], case_path(case_id))
+                groups.add(case_id)
             index.append(f, [rows[c] for c in order])
             f.attrs["complete"] = True
             f.flush()

@@ -3,7 +3,7 @@
 
 A case folder holds ``case.json`` and one file per input, named after its aclnn parameter
 (``dy.bin``, ``gradQueryOutput.npy``: the record's
-``refspec.ops.record.Operator.input_file``), ``.bin`` or ``.npy``. Expected outputs
+``refspec.ops.record.Operator.tensor_file``), ``.bin`` or ``.npy``. Expected outputs
 (``golden_dx.bin``) and a kernel's outputs (``dx.bin``) may lie beside them; they are not
 inputs and are left alone. An input without a file is
 absent (the profile's validation decides whether that is allowed). ``case.json`` needs only
@@ -21,6 +21,7 @@ import os
 import shlex
 
 from .. import ops
+from ..ops.record import Call
 from ..spec.dtypes import dtype_name, resolve_dtype
 from ..spec.errors import AclnnError, one_line
 from ..goldens.layout import CASE_JSON, EXPORT_SCHEMA
@@ -105,30 +106,41 @@ class _Folder:
         return None if soc in (None, "", "none") else soc
 
     def attributes(self, op: ops.Operator) -> dict:
+        """The spec's attributes: from ``attributes`` (aclnn or spec names; numbers, booleans
+        or the labels their axes read, ``"half"``) and from ``parameters`` (what ``refspec
+        export`` writes, in any schema), which must agree."""
         given, params = self.doc.get("attributes"), self.doc.get("parameters")
         if params is not None and not isinstance(params, dict):
             self.fail('"parameters" must be an object')
-        names = {**{ops.camel_case(a): a for a in op.attributes}, **{a: a for a in op.attributes}}
         allowed = ", ".join(op.attributes)
         if given is None and params is None and op.attributes:
             self.fail(f'no "attributes": give those of {op.title} ({allowed}), e.g. '
                       + json.dumps({a: v for a, v in op.complete_attrs({}).items()}))
-        attrs = {}
-        if given is not None:
-            if not isinstance(given, dict):
-                self.fail('"attributes" must be an object')
-            for key, value in given.items():
-                if key not in names:
-                    self.fail(f"attribute {key!r} is not one of {op.title}'s ({allowed})")
-                if isinstance(value, str) or not isinstance(value, (bool, int, float)):
-                    self.fail(f"attribute {key!r} = {value!r}: must be a number or a boolean")
-                attrs[names[key]] = value
-        for a in op.attributes:
-            if params is not None and a in params:
-                if a in attrs and attrs[a] != params[a]:
-                    self.fail(f"attribute {a!r} is {attrs[a]!r} but parameters say {params[a]!r}")
-                attrs.setdefault(a, params[a])
+        attrs = self._given_attributes(op, given) if given is not None else {}
+        stated = op.attrs_of(op.upgrade_params(params)) if params is not None else {}
+        for a, value in stated.items():
+            if a in attrs and attrs[a] != value:
+                self.fail(f"attribute {a!r} is {attrs[a]!r} but parameters say {value!r}")
+            attrs.setdefault(a, value)
         return op.complete_attrs(attrs)
+
+    def _given_attributes(self, op: ops.Operator, given) -> dict:
+        if not isinstance(given, dict):
+            self.fail('"attributes" must be an object')
+        names = {**{ops.camel_case(a): a for a in op.attributes}, **{a: a for a in op.attributes}}
+        attrs = {}
+        for key, value in given.items():
+            if key not in names:
+                self.fail(f"attribute {key!r} is not one of {op.title}'s "
+                          f"({', '.join(op.attributes)})")
+            if not isinstance(value, (bool, int, float, str)):
+                self.fail(f"attribute {key!r} = {value!r}: must be a number, a boolean or a "
+                          "label")
+            attrs[names[key]] = value
+        try:
+            return op.spec_attrs(attrs)
+        except ValueError as exc:
+            self.fail(f"attribute {exc}")
 
     def expected_code(self):
         code = self._stated_code()
@@ -245,11 +257,11 @@ class _Folder:
                 found[tensor] = (name, None)
             elif not (stem.startswith("golden_") or stem in outputs):
                 self.fail(f"not an input of {op.title}: its input files are "
-                          + ", ".join(op.input_file(n) for n in op.input_names)
+                          + ", ".join(op.tensor_file(n) for n in op.input_names)
                           + " (or .npy); expected outputs are golden_<output>", name)
         if not found:
             self.fail("no input file: expected files such as "
-                      + ", ".join(op.input_file(n) for n in op.input_names[:3]))
+                      + ", ".join(op.tensor_file(n) for n in op.input_names[:3]))
         return {t: self.tensor_file(name, e)
                 for t in op.input_names if t in found for name, e in (found[t],)}
 
@@ -265,20 +277,17 @@ def describe_folder(folder: str, default_id: str) -> UserCase:
     primary = specs.get(op.inputs[0].name) or next(iter(specs.values()))
     dtype = dtype_name(primary.dtype)
     doc = f.doc
+    params = op.params_of(Call(specs, attrs, soc))
     if doc.get("parameters") is not None:
-        params = dict(doc["parameters"])
+        stated = op.upgrade_params(doc["parameters"])
         for key, have in (("dtype", dtype), ("soc", soc)):
-            if key in params and params[key] != have:
-                f.fail(f"parameters say {key} {params[key]!r} but "
+            if key in stated and stated[key] != have:
+                f.fail(f"parameters say {key} {stated[key]!r} but "
                        + ("the files give" if key == "dtype" else "case.json's soc is")
                        + f" {have!r}")
-            params.setdefault(key, have)
-        for key, value in attrs.items():
-            params.setdefault(key, value)
+        params = {**params, **stated}
     else:
-        described = op.describe_shapes(specs, attrs, soc)
-        params = {"op": op.id, **attrs, **described, "dtype": dtype, "soc": soc,
-                  "distribution": str(doc.get("distribution", "user")), "folder": folder}
+        params.update(dist=str(doc.get("distribution", "user")), folder=folder)
     case_id = doc.get("case_id")
     if case_id is None:
         case_id = default_id if default_id.startswith(op.id + "/") else f"{op.id}/{default_id}"
@@ -289,7 +298,7 @@ def describe_folder(folder: str, default_id: str) -> UserCase:
         f.fail('"seed" must be an integer')
     regenerate = doc.get("regenerate") or (
         f"refspec golden {shlex.quote(folder)} -o {shlex.quote(case_id.replace('/', '_') + '.h5')}")
-    return UserCase(where=folder, case_id=case_id, op=op, params=params, attrs=attrs,
+    return UserCase(where=folder, case_id=case_id, op=op, params=params,
                     load=lambda: {k: read_tensor(s) for k, s in specs.items()}, seed=seed,
                     regenerate=str(regenerate), expected_code=f.expected_code())
 

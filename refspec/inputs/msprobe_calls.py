@@ -26,7 +26,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from .. import ops
-from ..spec.dtypes import dtype_name
+from ..ops.record import Call
 from ..spec.errors import one_line
 from .msprobe_dump import FIELDS, STAGES, Dump, DumpError, DumpTensor, open_dumps
 from .user_cases import InputError, UserCase
@@ -240,16 +240,13 @@ def _call_case(m: ApiMap, dump: Dump, api: str, call: int, records: dict, source
     tensors = {k: tensors[k] for k in op.input_names if k in tensors}     # the record's order
     attrs = {a: (_attribute(dump, records, v, where) if isinstance(v, tuple) else v)
              for a, v in m.attributes.items()}
-    attrs = op.complete_attrs(attrs)
-    primary = tensors.get(op.inputs[0].name) or next(iter(tensors.values()))
-    described = op.describe_shapes(tensors, attrs, m.soc)
+    attrs = op.complete_attrs(op.spec_attrs(attrs))
     label = "" if dump.label == "." else dump.label
     info = {"path": dump.label, "step": dump.step, "rank": dump.rank, "api": api, "call": call,
             **{stage: records.get(stage) for stage in STAGES},
             "inputs": {k: _ref_text(v) for k, v in m.inputs.items()},
             "outputs": {k: _ref_text(v) for k, v in m.outputs.items()}}
-    params = {"op": op.id, **attrs, **described, "dtype": dtype_name(primary.dtype),
-              "soc": m.soc, "distribution": "msprobe", "dump": info}
+    params = {**op.params_of(Call(tensors, attrs, m.soc)), "dist": "msprobe", "dump": info}
     case_id = "/".join(p for p in (op.id, "msprobe", label, f"{api}.{call}") if p)
 
     def load():
@@ -258,7 +255,7 @@ def _call_case(m: ApiMap, dump: Dump, api: str, call: int, records: dict, source
         except DumpError as exc:
             raise InputError(str(exc)) from None
 
-    return UserCase(where=where, case_id=case_id, op=op, params=params, attrs=attrs, load=load,
+    return UserCase(where=where, case_id=case_id, op=op, params=params, load=load,
                     regenerate=source)
 
 

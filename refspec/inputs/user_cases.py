@@ -38,8 +38,9 @@ class InputError(ValueError):
 @dataclass
 class UserCase:
     """One case described: where it comes from (``where``, for messages), its id, operator
-    record, parameters (``params["soc"]`` is the profile, ``params["dtype"]`` the dtype its
-    outputs round to), the spec function's attributes, and ``load()`` giving its inputs.
+    record, parameters (the spec's attributes through the record's axes; ``params["soc"]`` is
+    the profile, ``params["dtype"]`` the dtype its outputs round to), and ``load()`` giving its
+    inputs.
     ``expected_code`` is the aclnn code the description claims (None: accepted; UNSTATED: no
     claim); a different outcome is an InputError."""
 
@@ -47,7 +48,6 @@ class UserCase:
     case_id: str
     op: ops.Operator
     params: dict
-    attrs: dict
     load: Callable[[], dict]
     seed: int = 0
     regenerate: str = ""
@@ -75,8 +75,7 @@ def _compute(case: UserCase, threads: int) -> CaseData:
         raise InputError(f"{case.where}: {exc}") from None
     large = sum(v.size for v in inputs.values()) >= THREADED_ELEMENTS
     with (ThreadPoolExecutor(threads) if threads > 1 and large else nullcontext()) as pool:
-        data = compute_case(case.op, case.case_id, case.params, case.seed, inputs, case.attrs,
-                            pool)
+        data = compute_case(case.op, case.case_id, case.params, case.seed, inputs, pool)
     got = None if data.error is None else data.error.code
     if case.expected_code is not UNSTATED and got != case.expected_code:
         said = "accepted" if case.expected_code is None else f"rejected with {case.expected_code}"
@@ -101,7 +100,8 @@ def write_user_cases(out, cases: list[UserCase], *, sweep_name: str, sweep_defin
     try:
         for case in cases:
             data = _compute(case, threads)
-            writer.write_case(case.case_id, **data.writer_kwargs(case.regenerate))
+            data.regenerate = case.regenerate
+            writer.write_case(data)
             summary.cases += 1
             if data.negative:
                 summary.negative += 1

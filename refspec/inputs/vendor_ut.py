@@ -78,27 +78,27 @@ def describe_vendor_ut(folder, args, soc: str | None = "A2") -> UserCase:
         raise InputError(f"{folder}: not a directory (the folder gen_data.py wrote into)")
     op = ops.get(OPERATOR)
     p = parse_ut_args(args)
-    params = {"op": op.id, **{k: p[k] for k in op.attributes}, "dtype": p["dtype"],
-              "soc": soc, "distribution": "vendor-ut", "fault": "none",
-              **{k: p[k] for k in op.sweep.shape_keys}, "tiling_key": p["tiling_key"],
+    shape = {k: p[k] for k in op.sweep.shape.keys}
+    params = {"op": op.id, **op.axis_values({k: p[k] for k in op.attributes}),
+              "dtype": p["dtype"], "soc": soc, "dist": "vendor-ut", "fault": "none", **shape,
+              "tiling_key": p["tiling_key"],
               "vendor_ut_args": " ".join(shlex.quote(str(a)) for a in (
                   shlex.split(args) if isinstance(args, str) else args))}
     specs = {}
-    for name, plan in op.plan(params).items():
-        path = os.path.join(folder, op.input_file(name))
+    for name, plan in op.generation.plan(params).items():
+        path = os.path.join(folder, op.tensor_file(name))
         if not os.path.isfile(path):
-            raise InputError(f"{folder}: {op.input_file(name)}: missing; gen_data.py writes it and "
+            raise InputError(f"{folder}: {op.tensor_file(name)}: missing; gen_data.py writes it and "
                              f"these arguments need it ({plan.shape} {resolve_dtype(plan.dtype)})")
         try:
             specs[name] = bin_spec(path, plan.dtype, plan.shape)
         except TensorFileError as exc:
             raise InputError(f"{exc} (from the vendor UT arguments {params['vendor_ut_args']})") \
                 from None
-    label = op.sweep.label({k: p[k] for k in op.sweep.shape_keys})
+    label = op.sweep.shape.label(shape)
     case_id = f"{op.id}/vendor-ut/tiling={p['tiling_key']}/dtype={p['dtype']}/{label}"
     regenerate = (f"refspec golden --vendor-ut {shlex.quote(folder)} --ut-args "
                   f"{shlex.quote(params['vendor_ut_args'])} -o OUT.h5")
     return UserCase(where=folder, case_id=case_id, op=op, params=params,
-                    attrs=op.attrs_of(params), load=lambda: {k: read_tensor(s)
-                                                             for k, s in specs.items()},
+                    load=lambda: {k: read_tensor(s) for k, s in specs.items()},
                     regenerate=regenerate)

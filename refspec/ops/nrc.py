@@ -3,6 +3,7 @@ tensors, sweep axes, and how a case's inputs are planned and sampled."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from math import sqrt
 
 import numpy as np
@@ -10,40 +11,30 @@ import numpy as np
 from ..spec import terms
 from ..spec.dtypes import resolve_dtype, round_to, to_float64, widen
 from ..spec.enums import NormType, RopeType
-from ..spec.nrc import (BACKWARD_TENSORS, NormRopeConcatGrads, NormRopeConcatOutputs, backward_args,
-                        backward_exact, layer_norm, norm_rope_concat, norm_rope_concat_backward)
+from ..spec.nrc import (BACKWARD_TENSORS, FORWARD_TENSORS, NormRopeConcatGrads,
+                        NormRopeConcatOutputs, backward_args, backward_exact, layer_norm,
+                        norm_rope_concat, norm_rope_concat_backward)
 from ..spec.nrc_checks import STREAMS, check_nrc_args
-from .record import Autograd, Operator, Output, SweepAxes, Tensor, TensorPlan, camel_case
+from .axes import Axis, Shape, dist_axis, dtype_axis, enum_labels, fault_axis, flag, number, numbered, soc_axis
+from .record import (Autograd, Call, Comparison, Generation, Operator, Output, SweepAxes, Tensor,
+                     TensorPlan, Tensors, camel_case)
 from .sampling import NRC_VENDOR, draw, draw_tables, dtype_max
 
 __all__ = ["NRC_GRAD", "NRC", "ROPE_TYPES"]
 
 ROPE_TYPES = tuple(t.name.lower() for t in RopeType)
 _RSTD_MAX = 1 / sqrt(1e-5)     # rstd of a constant row with the default eps
-_WEIGHTS = tuple(spec[1] for spec in STREAMS.values())
-_BIASES = tuple(spec[2] for spec in STREAMS.values())
-_STATS = tuple(n for spec in STREAMS.values() for n in spec[3:])
-
-
-def _tensors(names, role_of) -> tuple:
-    return tuple(Tensor(n, camel_case(n), role_of(n)) for n in names)
+_WEIGHTS = tuple(st.weight for st in STREAMS.values())
+_BIASES = tuple(st.bias for st in STREAMS.values())
+_STATS = tuple(n for st in STREAMS.values() for n in (st.mean, st.rstd))
 
 
 # --- sweeps -----------------------------------------------------------------------------------
 
-def _params(forward: bool):
-    def params(values: dict, shape: dict) -> dict:
-        p = {"soc": None if values["soc"] == "none" else values["soc"],
-             "norm_type": values["norm_type"], "norm_added_type": values["norm_added_type"],
-             "rope_type": int(RopeType[values["rope_type"].upper()]),
-             "rope_type_name": values["rope_type"], "concat_order": values["concat_order"]}
-        if forward:
-            p["is_training"] = values["training"]
-            p["eps"] = 1e-5
-        p.update(dtype=values["dtype"], distribution=values["dist"], fault=values["fault"])
-        p.update(shape)
-        return p
-    return params
+_NORM_TYPE = numbered((0, 1, 2), {"none": 0, "layer_norm": 1, "layernorm": 1, "affine": 2,
+                                  "affine_layer_norm": 2},
+                      ("0 (none)", "1 (layer_norm)", "2 (affine)"))
+_ROPE_TYPE_PARSE, _ROPE_TYPE_SPEC = enum_labels(RopeType, lambda t: t.name.lower())
 
 
 def _label(s: dict) -> str:
@@ -51,27 +42,36 @@ def _label(s: dict) -> str:
     return label + (f"Sr{s['Sr']}" if s["Sr"] else "")
 
 
-def _complete(values: dict, shape: dict) -> dict:
+def _complete(values: dict) -> dict:
     """Sr: 0 without RoPE; "min" is min(Sq+Seq, Sk+Sek), the largest the spec allows."""
-    shape = dict(shape)
+    values = dict(values)
     if values["rope_type"] == "none":
-        shape["Sr"] = 0
-    elif shape["Sr"] == "min":
-        shape["Sr"] = min(shape["Sq"] + shape["Seq"], shape["Sk"] + shape["Sek"])
-    return shape
+        values["Sr"] = 0
+    elif values["Sr"] == "min":
+        values["Sr"] = min(values["Sq"] + values["Seq"], values["Sk"] + values["Sek"])
+    return values
 
 
 def _sweep(forward: bool) -> SweepAxes:
-    axes = (("soc", "norm_type", "norm_added_type", "rope_type", "concat_order")
-            + (("training",) if forward else ()) + ("dtype", "dist", "fault"))
     faults = (("none", "missing_bias", "missing_rope", "value_seq", "weight_shape") if forward
               else ("none", "stats_dtype", "missing_stats", "missing_rope", "grad_seq",
                     "weight_shape"))
+    axes = (soc_axis(),
+            Axis("norm_type", _NORM_TYPE, (0,), (0, 1, 2), attr="norm_type"),
+            Axis("norm_added_type", _NORM_TYPE, (0,), (0, 1, 2), attr="norm_added_type"),
+            Axis("rope_type", _ROPE_TYPE_PARSE, ("none",), ROPE_TYPES, attr="rope_type",
+                 to_spec=_ROPE_TYPE_SPEC, legacy="rope_type_name", filters=("mode",)),
+            Axis("concat_order", numbered((0, 1)), (0,), (0, 1), attr="concat_order"))
+    if forward:
+        axes += (Axis("training", flag, (True,), (True, False), attr="is_training",
+                      legacy="is_training"),
+                 Axis("eps", number(), (1e-5,), attr="eps", omit=1e-5))
+    axes += (dtype_axis(), dist_axis(), fault_axis(faults))
     return SweepAxes(
-        axes=axes, shape_keys=("B", "N", "Sq", "Sk", "Seq", "Sek", "D", "Sr"),
-        shape_example="B1N2Sq8Sk8Seq4Sek4D16Sr6", params=_params(forward), label=_label,
-        shape_defaults={"Seq": 0, "Sek": 0, "Sr": "min"}, faults=faults, complete=_complete,
-        filters={"mode": "rope_type_name"})
+        axes=axes, shape=Shape(("B", "N", "Sq", "Sk", "Seq", "Sek", "D", "Sr"),
+                               "B1N2Sq8Sk8Seq4Sek4D16Sr6", _label,
+                               {"Seq": 0, "Sek": 0, "Sr": "min"}),
+        complete=_complete)
 
 
 # --- inputs -----------------------------------------------------------------------------------
@@ -131,7 +131,7 @@ def _plan(forward: bool):
                         dropped = True
                     else:
                         out[bias] = TensorPlan((D,), dt, "bias")
-        if p["rope_type"] != 0 and fault != "missing_rope":
+        if p["rope_type"] != "none" and fault != "missing_rope":
             out["rope_sin"] = TensorPlan((p["Sr"], D), dt, "table")
             out["rope_cos"] = TensorPlan((p["Sr"], D), dt, "table")
         return out
@@ -162,8 +162,8 @@ def forward_statistics(p: dict, drawn: dict, wanted: dict, pool=None) -> dict:
     """mean/rstd of the normed streams as NormRopeConcat(..., is_training=True) writes them:
     its step 1 (``refspec.spec.nrc.layer_norm``, the default eps) on each stream, rounded
     to float32 (and then to the planned dtype, which differs only for a deliberate fault)."""
-    streams = [(s, spec[3], spec[4]) for s, spec in STREAMS.items()
-               if spec[3] in wanted or spec[4] in wanted]
+    streams = [(s, st.mean, st.rstd) for s, st in STREAMS.items()
+               if st.mean in wanted or st.rstd in wanted]
 
     def one(item):
         s, mean, rstd = item
@@ -185,7 +185,7 @@ def _sample(forward: bool):
         """The case's inputs as stored; a backward case's statistics come from the forward
         (tensors drawn side by side by ``pool``, an executor, when given: each has its own
         random stream)."""
-        dist = p["distribution"]
+        dist = p["dist"]
         plan = plan_of(p)
         drawn = [(name, t) for name, t in plan.items() if t.role not in ("table", "stats")]
 
@@ -199,7 +199,7 @@ def _sample(forward: bool):
             Sr, D = plan["rope_sin"].shape
             cos, sin = draw_tables(dist, (Sr, D), plan["rope_sin"].dtype, seed,
                                    positions=np.arange(Sr, dtype=np.float64)[:, None],
-                                   pairing="interleave" if p["rope_type"] == 1 else "half",
+                                   pairing="interleave" if p["rope_type"] == "interleave" else "half",
                                    vendor=NRC_VENDOR, names=("rope_cos", "rope_sin"))
             out["rope_cos"], out["rope_sin"] = cos, sin
         stats = {k: t for k, t in plan.items() if t.role == "stats"}
@@ -211,57 +211,34 @@ def _sample(forward: bool):
 
 # --- the spec behind the record ---------------------------------------------------------------
 
-def _attrs_of(forward: bool):
-    def attrs_of(p: dict) -> dict:
-        a = {k: p[k] for k in ("norm_type", "norm_added_type", "rope_type", "concat_order")}
-        if forward:
-            a.update(eps=p["eps"], is_training=p["is_training"])
-        return a
-    return attrs_of
-
-
-def _check(forward: bool):
+def _check_grad(call: Call) -> None:
     """The validation the spec function itself runs (the same rules in the same order)."""
-    if not forward:
-        def check(inputs: dict, attrs: dict, soc) -> None:
-            backward_args({n: inputs.get(n) for n in BACKWARD_TENSORS}, attrs, soc)
-        return check
-
-    def check(inputs: dict, attrs: dict, soc) -> None:
-        check_nrc_args("norm_rope_concat", "query", {n: inputs.get(n) for n in _FORWARD_INPUTS},
-                       {**dict(eps=1e-5, is_training=False), **attrs}, soc, backward=False)
-    return check
+    backward_args({n: call.inputs.get(n) for n in BACKWARD_TENSORS}, call.attrs, call.soc)
 
 
-def _terms_grad(inputs, attrs, soc):
-    return terms.norm_rope_concat_backward_terms(inputs, attrs, soc)
+def _check(call: Call) -> None:
+    check_nrc_args("norm_rope_concat", "query", {n: call.inputs.get(n) for n in FORWARD_TENSORS},
+                   {**dict(eps=1e-5, is_training=False), **call.attrs}, call.soc, backward=False)
 
 
-def _terms(inputs, attrs, soc):
-    D = np.shape(inputs["query"])[-1]
-    return terms.norm_rope_concat_terms(attrs.get("norm_type", 0), attrs.get("norm_added_type", 0),
-                                        attrs.get("rope_type", 0), D)
+def _terms_grad(call: Call) -> dict:
+    return terms.norm_rope_concat_backward_terms(call.inputs, call.attrs, call.soc)
 
 
-def _benchmark_grad(inputs, attrs, soc):
+def _terms(call: Call) -> dict:
+    a = call.attrs
+    D = np.shape(call.inputs["query"])[-1]
+    return terms.norm_rope_concat_terms(a.get("norm_type", 0), a.get("norm_added_type", 0),
+                                        a.get("rope_type", 0), D)
+
+
+def _benchmark_grad(call: Call) -> dict:
     """The backward dataflow computed in float32 on the inputs converted to float32 (exact)."""
-    t, a, _ = backward_args(inputs, attrs, soc)
+    t, a, _ = backward_args(call.inputs, call.attrs, call.soc)
     return backward_exact(widen(t, np.float32), a, work=np.float32)
 
 
-def _elementwise_grad(inputs, attrs, soc, names):
-    return terms.norm_rope_concat_backward_elementwise_sum_abs(inputs, attrs, names, soc)
-
-
-def _axes_grad(p: dict, name: str) -> str:
-    return "D" if name.endswith(("_weight", "_bias")) else "BSND"
-
-
-def _axes(p: dict, name: str) -> str:
-    return "BSN1" if name.endswith(("_mean", "_rstd")) else "BNSD"
-
-
-def _autograd(inputs: dict, attrs: dict) -> Autograd:
+def _autograd(call: Call) -> Autograd:
     """NormRopeConcatBackward's gradients are those of NormRopeConcat (eps 1e-5, the default
     the statistics were computed with) for the upstream gradients of its three outputs. value
     and encoder_value (present with encoder_key) and, for affine LayerNorm, the biases are not
@@ -269,6 +246,7 @@ def _autograd(inputs: dict, attrs: dict) -> Autograd:
     weight and bias gradients of an affine LayerNorm are outputs even when the stream is absent
     (then zero). With a normalised stream the forward runs in training mode: its own mean and
     rstd are what its backward uses (``saved``)."""
+    inputs, attrs = call.inputs, call.attrs
     query, key = np.asarray(inputs["query"]), np.asarray(inputs["key"])
     fwd = {n: inputs[n] for n in ("query", "key", "encoder_query", "encoder_key", "rope_sin",
                                   "rope_cos") if inputs.get(n) is not None}
@@ -277,51 +255,53 @@ def _autograd(inputs: dict, attrs: dict) -> Autograd:
         fwd["encoder_value"] = np.zeros(np.shape(inputs["encoder_key"]), key.dtype)
     leaves = {n: "grad_" + n for n in ("query", "key", "value", "encoder_query", "encoder_key",
                                       "encoder_value") if n in fwd}
-    for stream, (type_attr, weight, bias, _, _) in STREAMS.items():
-        if attrs.get(type_attr) == NormType.AFFINE_LAYER_NORM:     # also for an absent stream
+    for st in STREAMS.values():
+        if attrs.get(st.norm) == NormType.AFFINE_LAYER_NORM:       # also for an absent stream
             zeros = np.zeros(query.shape[-1:], query.dtype)        # (its gradients are zero)
-            fwd[weight] = inputs[weight] if inputs.get(weight) is not None else zeros
-            fwd[bias] = zeros
-            leaves.update({weight: "grad_" + weight, bias: "grad_" + bias})
-    saved = {n: n for stream, spec in STREAMS.items() if stream in fwd and attrs.get(spec[0])
-             for n in spec[3:]}
+            fwd[st.weight] = inputs[st.weight] if inputs.get(st.weight) is not None else zeros
+            fwd[st.bias] = zeros
+            leaves.update({st.weight: "grad_" + st.weight, st.bias: "grad_" + st.bias})
+    saved = {n: n for stream, st in STREAMS.items() if stream in fwd and attrs.get(st.norm)
+             for n in (st.mean, st.rstd)}
     return Autograd("nrc", fwd, {**{k: attrs[k] for k in _ATTRS}, "eps": 1e-5,
                                  "is_training": bool(saved)}, leaves,
                     {"query_output": "grad_query_output", "key_output": "grad_key_output",
                      "value_output": "grad_value_output"}, saved)
 
 
-_BACKWARD_INPUTS = (("grad_query_output", "grad_key_output", "grad_value_output", "query", "key",
-                     "encoder_query", "encoder_key")
-                    + tuple(n for spec in STREAMS.values() for n in (spec[1], spec[3], spec[4]))
-                    + ("rope_sin", "rope_cos"))
-_FORWARD_INPUTS = (("query", "key", "value", "encoder_query", "encoder_key", "encoder_value")
-                   + tuple(n for pair in zip(_WEIGHTS, _BIASES) for n in pair)
-                   + ("rope_sin", "rope_cos"))
 _ROLE = {"grad_query_output": "grad", "grad_key_output": "grad", "grad_value_output": "grad",
          **dict.fromkeys(_WEIGHTS, "weight"), **dict.fromkeys(_BIASES, "bias"),
          **dict.fromkeys(_STATS, "stats"), "rope_sin": "table", "rope_cos": "table"}
 _ATTRS = ("norm_type", "norm_added_type", "rope_type", "concat_order")
-_CONTEXT = _ATTRS + ("dtype",)
 _SOCS = ("A2", "A3", None)
+_COMPARISON = Comparison(context=_ATTRS + ("dtype",), ratio_level="L2")
+
+
+def _tensors(names) -> tuple:
+    return tuple(Tensor(n, camel_case(n), _ROLE.get(n, "data")) for n in names)
+
 
 NRC_GRAD = Operator(
-    id="nrc_grad", function="norm_rope_concat_backward", aclnn="aclnnNormRopeConcatBackward",
-    title="NormRopeConcatBackward", spec=norm_rope_concat_backward,
-    inputs=_tensors(_BACKWARD_INPUTS, lambda n: _ROLE.get(n, "data")),
-    outputs=tuple(Output(n, camel_case(n)) for n in NormRopeConcatGrads._fields),
-    attributes=_ATTRS, socs=_SOCS, sweep=_sweep(forward=False), attrs_of=_attrs_of(False),
-    plan=_plan(forward=False), sample=_sample(forward=False), check=_check(forward=False),
-    terms=_terms_grad, output_axes=_axes_grad, context=_CONTEXT, ratio_level="L2",
-    benchmark=_benchmark_grad, elementwise_sum_abs=_elementwise_grad, autograd=_autograd)
+    id="nrc_grad", aclnn="aclnnNormRopeConcatBackward", title="NormRopeConcatBackward",
+    spec=norm_rope_concat_backward,
+    tensors=Tensors(
+        inputs=_tensors(BACKWARD_TENSORS),
+        outputs=tuple(Output(n, camel_case(n), axes="D" if n.endswith(("_weight", "_bias"))
+                             else "BSND") for n in NormRopeConcatGrads._fields)),
+    sweep=_sweep(forward=False),
+    generation=Generation(plan=_plan(forward=False), sample=_sample(forward=False),
+                          check=_check_grad, terms=_terms_grad, socs=_SOCS),
+    comparison=replace(_COMPARISON, benchmark=_benchmark_grad),
+    autograd=_autograd)
 
 NRC = Operator(
-    id="nrc", function="norm_rope_concat", aclnn="aclnnNormRopeConcat", title="NormRopeConcat",
-    spec=norm_rope_concat,
-    inputs=_tensors(_FORWARD_INPUTS, lambda n: _ROLE.get(n, "data")),
-    outputs=tuple(Output(n, camel_case(n), "float32" if n in _STATS else None)
-                  for n in NormRopeConcatOutputs._fields),
-    attributes=_ATTRS + ("eps", "is_training"), socs=_SOCS, sweep=_sweep(forward=True),
-    attrs_of=_attrs_of(True), plan=_plan(forward=True), sample=_sample(forward=True),
-    check=_check(forward=True), terms=_terms, output_axes=_axes, context=_CONTEXT,
-    ratio_level="L2")
+    id="nrc", aclnn="aclnnNormRopeConcat", title="NormRopeConcat", spec=norm_rope_concat,
+    tensors=Tensors(
+        inputs=_tensors(FORWARD_TENSORS),
+        outputs=tuple(Output(n, camel_case(n), "float32" if n in _STATS else None,
+                             "BSN1" if n in _STATS else "BNSD")
+                      for n in NormRopeConcatOutputs._fields)),
+    sweep=_sweep(forward=True),
+    generation=Generation(plan=_plan(forward=True), sample=_sample(forward=True),
+                          check=_check, terms=_terms, socs=_SOCS),
+    comparison=_COMPARISON)

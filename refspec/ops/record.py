@@ -1,29 +1,41 @@
 """The operator record: everything the layers above the spec need to know about one operator,
 as plain data (docs/architecture.md, "The operator record").
 
-A record names the operator three ways (its short id in case ids, the spec function, the aclnn
-API), lists its tensors with their vendor file names and sampling roles, its outputs, the sweep
-axes of its cases, the chip profiles it has, and the few functions that differ between
-operators: how a case's inputs are planned and sampled, how the spec function is called, how its
-arguments are validated, and which tolerance terms its outputs get. The sweep parser, the
-generator, the exporter, the reader, the comparator and the command line consult records; none
-of them branches on an operator's name.
+A record has its names (``id``, the one name of the operator in case ids, files, reports and
+the command line; ``aclnn``; ``title``; the spec function, whose name is ``function``) and five
+small parts: ``tensors`` (inputs and outputs with their vendor file names), ``sweep`` (the axes
+of its cases), ``generation`` (how a case's inputs are planned and sampled, how its arguments
+are validated, its tolerance terms), ``comparison`` (what the comparator needs beyond the
+golden file) and ``autograd`` (how a backward case is reproduced from its forward). The
+callables that act on one call of the spec function take a ``Call``.
 """
 
 from __future__ import annotations
 
 import inspect
 import re
+import string
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
-from ..spec.dtypes import resolve_dtype
+from ..spec.dtypes import dtype_name, resolve_dtype
 from ..spec.errors import AclnnError
+from .axes import Axis, Shape
 
-__all__ = ["Tensor", "Output", "TensorPlan", "SweepAxes", "Autograd", "Operator", "camel_case"]
+__all__ = ["Call", "Tensor", "Output", "TensorPlan", "Tensors", "SweepAxes", "Generation",
+           "Comparison", "Autograd", "Operator", "camel_case", "stand_ins", "check_names"]
+
+
+class Call(NamedTuple):
+    """One call of a spec function: its tensors by parameter name (absent ones left out or
+    None), its attribute keywords and the chip profile."""
+
+    inputs: dict
+    attrs: dict
+    soc: str | None = None
 
 
 @dataclass(frozen=True)
@@ -39,12 +51,14 @@ class Tensor:
 
 @dataclass(frozen=True)
 class Output:
-    """An output: its name in the spec's result, its aclnn name, and its dtype: ``None`` for
-    the operator's dtype (its primary input's), or a fixed one such as ``"float32"``."""
+    """An output: its name in the spec's result, its aclnn name, its dtype (None: the
+    operator's, its primary input's; or a fixed one such as ``"float32"``) and the letters of
+    its axes, a template filled in from the case parameters (``"{layout}"``)."""
 
     name: str
     aclnn: str
     dtype: str | None = None
+    axes: str = ""
 
 
 class TensorPlan(NamedTuple):
@@ -56,35 +70,84 @@ class TensorPlan(NamedTuple):
 
 
 @dataclass(frozen=True)
+class Tensors:
+    """The tensors of an operator, in the spec function's order, and the aclnn spellings that
+    vendor files shorten (``xOptional`` -> the file stem ``x``)."""
+
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Output, ...]
+    aliases: Mapping[str, str] = field(default_factory=dict)
+
+
+def _no_names(values: dict) -> dict:
+    return {}
+
+
+def _same(values: dict) -> dict:
+    return values
+
+
+def _any(values: dict) -> bool:
+    return True
+
+
+def _no_check(axes: dict, given: set) -> None:
+    return None
+
+
+@dataclass(frozen=True)
 class SweepAxes:
-    """How sweep files describe this operator's cases (docs/sweeps.md).
+    """How sweep files describe this operator's cases (docs/sweeps.md). ``axes`` in case-id
+    order (the shape comes last); ``shape`` its sizes. The callables take a case's values (axis
+    values and sizes, by name): ``complete`` fills in what depends on other values (a size
+    given as a symbol, T of a TND layout); ``derived`` gives further names constraints may use;
+    ``admits`` drops combinations that name no case; ``check(axes, given)`` rejects
+    (ValueError) axis values a block names that could never name a case."""
 
-    ``axes``: the axis names in case-id order (``shape`` always comes last); ``shape_keys`` the
-    sizes of a shape value, ``shape_defaults`` those that may be left out; ``faults`` the
-    deliberate argument defects a ``fault`` axis may name; ``params(values, shape)`` the
-    canonical parameters of a case; ``label(shape)`` the shape part of its id;
-    ``derived(values, shape)`` further names constraints may use (e.g. T = ``B*S``);
-    ``complete(values, shape)`` fills in sizes that depend on other axes; ``admits(values)``
-    drops value combinations that name no case; ``check_axes(axes, given)`` rejects (ValueError)
-    axis values given in the file that could never name a case; ``defaults`` are axis values
-    when a block gives none (beyond the common ones); ``filters`` maps the ``--mode``/``--layout``
-    filters to parameter names.
-    """
-
-    axes: tuple[str, ...]
-    shape_keys: tuple[str, ...]
-    shape_example: str
-    params: Callable[[dict, dict], dict]
-    label: Callable[[dict], str]
-    shape_defaults: Mapping[str, Any] = field(default_factory=dict)
-    faults: tuple[str, ...] = ("none",)
-    derived: Callable[[dict, dict], dict] = lambda values, shape: {}
+    axes: tuple[Axis, ...]
+    shape: Shape
+    complete: Callable[[dict], dict] = _same
+    derived: Callable[[dict], dict] = _no_names
     derived_names: tuple[str, ...] = ()
-    complete: Callable[[dict, dict], dict] = lambda values, shape: shape
-    admits: Callable[[dict], bool] = lambda values: True
-    check_axes: Callable[[dict, set], None] = lambda axes, given: None
-    defaults: Mapping[str, list] = field(default_factory=dict)
-    filters: Mapping[str, str] = field(default_factory=dict)
+    admits: Callable[[dict], bool] = _any
+    check: Callable[[dict, set], None] = _no_check
+
+    def axis(self, name: str) -> Axis:
+        return next(a for a in self.axes if a.name == name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.axes)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Making a case: ``plan(params)`` the inputs' shapes, dtypes and roles (absent inputs left
+    out, a negative case's fault applied); ``sample(params, seed, pool)`` the inputs as stored
+    (``pool``, an executor, may draw tensors side by side); ``check(call)`` the validation
+    alone, no arithmetic (raises the spec's AclnnError); ``terms(call)`` each output's
+    ``refspec.spec.terms.OutputTerms``; ``describe(call)`` the parameters its tensors decide
+    (a layout, a cos/sin pattern); ``socs`` the chip profiles whose rules it has (None: the
+    math-only profile)."""
+
+    plan: Callable[[dict], dict]
+    sample: Callable[[dict, int, Any], dict]
+    check: Callable[[Call], None]
+    terms: Callable[[Call], dict]
+    socs: tuple = ("A2", "A3", "950", None)
+    describe: Callable[[Call], dict] = lambda call: {}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What the comparator asks of an operator: the parameters shown in the context of its
+    messages, its msprobe accuracy level (the ratio standard's thresholds) and the
+    same-precision float32 kernel of the ratio standard (``benchmark(call)``: {output: float32
+    result}), if it has one."""
+
+    context: tuple[str, ...] = ("dtype",)
+    ratio_level: str = "L0"
+    benchmark: Callable[[Call], dict] | None = None
 
 
 class Autograd(NamedTuple):
@@ -113,55 +176,44 @@ def camel_case(name: str) -> str:
     return head + "".join(p[:1].upper() + p[1:] for p in rest)
 
 
+class _Blank(dict):
+    def __missing__(self, key):
+        return ""
+
+
 @dataclass(frozen=True)
 class Operator:
-    """One operator (see the module docstring). The callables take the spec function's
-    arguments as ``inputs`` (tensor name -> array, absent ones left out) and ``attrs`` (its
-    attribute keywords), plus the chip profile ``soc``."""
+    """One operator (see the module docstring)."""
 
     id: str
-    function: str
     aclnn: str
     title: str
     spec: Callable
-    inputs: tuple[Tensor, ...]
-    outputs: tuple[Output, ...]
-    attributes: tuple[str, ...]
-    socs: tuple[str | None, ...]
+    tensors: Tensors
     sweep: SweepAxes
-    #: case parameters -> the spec function's attribute keywords
-    attrs_of: Callable[[dict], dict]
-    #: case parameters -> {input name: TensorPlan} (absent inputs left out, faults applied)
-    plan: Callable[[dict], dict]
-    #: (case parameters, seed, pool=None) -> {input name: array}, as stored; ``pool`` (an
-    #: executor) may draw tensors side by side
-    sample: Callable[..., dict]
-    #: validation alone, no arithmetic: raises the spec's AclnnError
-    check: Callable[[dict, dict, Any], None]
-    #: {output name: refspec.spec.terms.OutputTerms}
-    terms: Callable[[dict, dict, Any], dict]
-    #: (case parameters, output name) -> axis letters for naming elements
-    output_axes: Callable[[dict, str], str]
-    #: (inputs, attrs, soc) -> the parameters that name an in-memory case (layout, ...)
-    describe: Callable[[dict, dict, Any], dict] = lambda inputs, attrs, soc: {}
-    #: parameters shown in the context of messages
-    context: tuple[str, ...] = ("dtype",)
-    #: msprobe accuracy level of the operator (the ratio standard's thresholds)
-    ratio_level: str = "L0"
-    #: (inputs, attrs, soc) -> {output: float32 result} of a same-precision float32 kernel, or None
-    benchmark: Callable | None = None
-    #: (inputs, attrs, soc, names) -> {output: S} for elementwise outputs, or None
-    elementwise_sum_abs: Callable | None = None
-    #: aclnn spellings that vendor files shorten -> the file stem (xOptional -> x)
-    file_aliases: Mapping[str, str] = field(default_factory=dict)
-    #: (inputs, attrs) of a backward case -> ``Autograd``; None for a forward operator
-    autograd: Callable[[dict, dict], Autograd] | None = None
+    generation: Generation
+    comparison: Comparison = Comparison()
+    #: Call of a backward case -> ``Autograd``; None for a forward operator
+    autograd: Callable[[Call], Autograd] | None = None
 
     # --- names -------------------------------------------------------------------------------
     @property
+    def function(self) -> str:
+        """The spec function's name."""
+        return self.spec.__name__
+
+    @property
     def names(self) -> tuple[str, str, str]:
-        """The three names: short id, spec function, aclnn API."""
+        """The three names it may be given by: id, spec function, aclnn API."""
         return self.id, self.function, self.aclnn
+
+    @property
+    def inputs(self) -> tuple[Tensor, ...]:
+        return self.tensors.inputs
+
+    @property
+    def outputs(self) -> tuple[Output, ...]:
+        return self.tensors.outputs
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -171,6 +223,19 @@ class Operator:
     def output_names(self) -> tuple[str, ...]:
         return tuple(o.name for o in self.outputs)
 
+    @cached_property
+    def attributes(self) -> tuple[str, ...]:
+        """The spec function's attribute keywords: its parameters that are not tensors, nor
+        ``soc`` and ``out_dtype``."""
+        params = inspect.signature(self.spec).parameters
+        return tuple(p for p in params if p not in self.input_names + ("soc", "out_dtype"))
+
+    @property
+    def socs(self) -> tuple:
+        """The chip profiles it has (None: the math-only one)."""
+        return self.generation.socs
+
+    # --- files -------------------------------------------------------------------------------
     @cached_property
     def _table(self) -> dict:
         """spec name -> aclnn name of every tensor (made once per record)."""
@@ -183,7 +248,7 @@ class Operator:
 
     def python_name(self, name: str) -> str:
         """The spec's name of an aclnn (vendor file) name; spec names are returned unchanged."""
-        name = self.file_aliases.get(name, name)
+        name = self.tensors.aliases.get(name, name)
         table = self._table
         if name in table:
             return name
@@ -196,60 +261,129 @@ class Operator:
         """The file stems a tensor may be written under: the aclnn name, the spec's name, and
         the aclnn spellings with suffixes (``dxOut``)."""
         stems = list(dict.fromkeys((self.aclnn_name(name), name)))
-        stems += [alias for alias, stem in self.file_aliases.items()
+        stems += [alias for alias, stem in self.tensors.aliases.items()
                   if stem in stems and alias not in stems]
         return stems
 
-    def input_file(self, name: str, ext: str = "bin") -> str:
-        """``dy.bin``, ``gradQueryOutput.bin``: the file an input is exported to."""
+    def tensor_file(self, name: str, ext: str = "bin") -> str:
+        """``dy.bin``, ``gradQueryOutput.bin``: the file an input is exported to and the file
+        a kernel harness writes an output to."""
         return f"{self.aclnn_name(name)}.{ext}"
 
     def golden_file(self, name: str, ext: str = "bin") -> str:
         """``golden_dx.bin``, ``golden_gradQuery.bin``: the file an expected output goes to."""
         return f"golden_{self.aclnn_name(name)}.{ext}"
 
-    def output_file(self, name: str, ext: str = "bin") -> str:
-        """``dx.bin``, ``gradQuery.bin``: the file a kernel harness writes an output to."""
-        return f"{self.aclnn_name(name)}.{ext}"
-
-    # --- calling the spec --------------------------------------------------------------------
-    def call(self, inputs: dict, attrs: dict, soc=None, out_dtype=None) -> dict:
-        """The spec function on ``inputs`` (every tensor parameter passed, None when absent):
-        {output name: array} of the outputs it produces."""
-        args = {t.name: inputs.get(t.name) for t in self.inputs}
-        result = self.spec(**args, **attrs, soc=soc, out_dtype=out_dtype)
-        values = result if isinstance(result, tuple) else (result,)
-        return {o.name: v for o, v in zip(self.outputs, values) if v is not None}
-
-    def complete_attrs(self, attrs: dict) -> dict:
-        """``attrs`` with every attribute the caller left out at the spec function's default."""
-        params = inspect.signature(self.spec).parameters
-        return {a: attrs[a] if a in attrs else params[a].default for a in self.attributes}
+    def output_axes(self, params: dict, name: str) -> str:
+        """The axis letters of an output of a case (its template filled in)."""
+        template = next((o.axes for o in self.outputs if o.name == name), "")
+        return string.Formatter().vformat(template, (), _Blank(params))
 
     def output_dtype(self, name: str, dtype) -> np.dtype:
         """The dtype an output is stored in, for a case of ``dtype``."""
         fixed = next((o.dtype for o in self.outputs if o.name == name), None)
         return resolve_dtype(fixed or dtype)
 
+    # --- parameters and the spec's arguments ---------------------------------------------------
+    def attrs_of(self, params: dict) -> dict:
+        """The spec function's attribute keywords of a case: each axis that sets one, its value
+        converted (``mode="half"`` -> ``RopeMode.HALF``)."""
+        return {a.attr: a.to_spec(params[a.name]) for a in self.sweep.axes
+                if a.attr is not None and a.name in params}
+
+    def call_of(self, params: dict, inputs: dict) -> Call:
+        """The spec call of a case: its inputs, its attributes and its profile."""
+        return Call(inputs, self.attrs_of(params), params.get("soc"))
+
+    def axis_values(self, attrs: dict) -> dict:
+        """Attribute values (the spec's, or any spelling their axes read: ``"half"``, 0) as the
+        case parameters hold them, by axis name; a value its axis does not read is kept as it
+        is (the spec decides whether a call with it is rejected)."""
+        out = {}
+        for a in self.sweep.axes:
+            if a.attr is not None and a.attr in attrs:
+                out[a.name] = _read(a, attrs[a.attr])
+        return out
+
+    def spec_attrs(self, attrs: dict) -> dict:
+        """Attribute values in any spelling their axes read (``rotary_mode="half"``) as the
+        spec function takes them; ValueError for a string no axis reads."""
+        by_attr = {a.attr: a for a in self.sweep.axes if a.attr is not None}
+        out = {}
+        for k, v in attrs.items():
+            axis = by_attr.get(k)
+            if axis is not None and isinstance(v, str):
+                try:
+                    v = axis.parse(v)
+                except ValueError as exc:
+                    raise ValueError(f"{k}: {exc}") from None
+            out[k] = axis.to_spec(_read(axis, v)) if axis is not None else v
+        return out
+
+    def params_of(self, call: Call) -> dict:
+        """The parameters that name a call (an in-memory case, a dump's call, a case folder):
+        each attribute as its axis stores it, what the tensors decide, the profile and dtype."""
+        tensors = {k: v for k, v in call.inputs.items() if v is not None}
+        primary = next((tensors[n] for n in self.input_names if n in tensors), None)
+        dtype = None if primary is None else dtype_name(getattr(primary, "dtype", None)
+                                                        or np.asarray(primary).dtype)
+        attrs = self.complete_attrs(call.attrs)
+        return {"op": self.id, **self.axis_values(attrs),
+                **self.describe_shapes(tensors, attrs, call.soc), "soc": call.soc, "dtype": dtype}
+
+    def upgrade_params(self, params: dict) -> dict:
+        """Parameters as a golden file of schema 1 or an older case.json stored them, under the
+        axes' names and in their canonical values (``cos_pattern`` -> ``cos``, mode 0 with
+        ``mode_name`` "half" -> mode "half")."""
+        out = dict(params)
+        for a in self.sweep.axes:
+            if a.legacy is not None and a.legacy in out:
+                out[a.name] = out.pop(a.legacy)
+            if a.name in out:
+                out[a.name] = _read(a, out[a.name])
+        return out
+
+    def complete_attrs(self, attrs: dict) -> dict:
+        """``attrs`` with every attribute the caller left out at the spec function's default."""
+        params = inspect.signature(self.spec).parameters
+        return {a: attrs[a] if a in attrs else params[a].default for a in self.attributes}
+
+    def call(self, call: Call, out_dtype=None) -> dict:
+        """The spec function on a call (every tensor parameter passed, None when absent):
+        {output name: array} of the outputs it produces."""
+        args = {t.name: call.inputs.get(t.name) for t in self.inputs}
+        result = self.spec(**args, **call.attrs, soc=call.soc, out_dtype=out_dtype)
+        values = result if isinstance(result, tuple) else (result,)
+        return {o.name: v for o, v in zip(self.outputs, values) if v is not None}
+
     def probe(self, params: dict):
         """The error the case's profile raises for its planned arguments, found without
         computing anything (zero-stride arrays of the planned shapes and dtypes), or None."""
         try:
-            self.check(stand_ins(self.plan(params)), self.attrs_of(params), params.get("soc"))
+            self.generation.check(self.call_of(params, stand_ins(self.generation.plan(params))))
         except AclnnError as exc:
             return exc
         return None
 
     def describe_shapes(self, tensors: dict, attrs: dict, soc) -> dict:
-        """``describe`` for tensors known by shape and dtype only (files not yet read); {}
-        where the validation rejects them (it names what is wrong when the case is computed)."""
+        """``generation.describe`` for tensors known by shape and dtype only (files not yet
+        read); {} where the validation rejects them (it names what is wrong when the case is
+        computed)."""
         try:
-            return self.describe(stand_ins(tensors), attrs, soc)
+            return self.generation.describe(Call(stand_ins(tensors), attrs, soc))
         except (AclnnError, KeyError, ValueError, TypeError):
             return {}
 
     def __repr__(self) -> str:
         return f"<Operator {self.id}: {self.function} ({self.aclnn})>"
+
+
+def _read(axis: Axis, value):
+    """The axis's value of ``value``, or ``value`` itself when the axis does not read it."""
+    try:
+        return axis.parse(value)
+    except ValueError:
+        return value
 
 
 def stand_ins(tensors: dict) -> dict:

@@ -3,18 +3,23 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
+
 import numpy as np
 
 from ..spec import terms
 from ..spec.dtypes import resolve_dtype, widen
 from ..spec.enums import RopeMode
 from ..spec.errors import AclnnError
-from ..spec.layouts import cos_pattern, infer_layout, layout_shape
+from ..spec.layouts import LAYOUTS, cos_pattern, infer_layout, layout_shape
 from ..spec.reduce import reduced_terms
 from ..spec.rope import (ROPE_BACKWARD, ROPE_FORWARD, rotary_position_embedding,
                          rotary_position_embedding_grad)
 from ..spec.rope_checks import check_rope_args
-from .record import Autograd, Operator, Output, SweepAxes, Tensor, TensorPlan
+from .axes import Axis, Shape, choice, dist_axis, dtype_axis, enum_labels, fault_axis, flag, soc_axis
+from .record import (Autograd, Call, Comparison, Generation, Operator, Output, SweepAxes, Tensor,
+                     TensorPlan, Tensors)
 from .sampling import ROPE_VENDOR, draw, draw_tables, dtype_max, stream
 
 __all__ = ["ROPE_GRAD", "ROPE", "MODES", "cos_fits"]
@@ -27,6 +32,7 @@ _PAIRING = {"half": "half", "interleave": "interleave", "quarter": "quarter",
             "interleave-half": "half"}
 #: aclnn spellings of the vendor files (docs/rope.md, Parameters: xOptional, dxOut, ...)
 _ALIASES = {"xOptional": "x", "dxOut": "dx", "dcosOut": "dcos", "dsinOut": "dsin", "yOut": "y"}
+_SOCS = ("A2", "A3", "950", None)
 
 
 def cos_fits(pattern: str, layout: str) -> bool:
@@ -49,40 +55,45 @@ def _check_axes(axes: dict, given: set) -> None:
                              "letters with 1 on broadcast axes (BNSD: 11SD, B1SD, ...)")
 
 
-def _params(grad: bool):
-    def params(values: dict, shape: dict) -> dict:
-        p = {"soc": None if values["soc"] == "none" else values["soc"],
-             "mode": int(RopeMode[values["mode"].upper().replace("-", "_")]),
-             "mode_name": values["mode"], "layout": values["layout"],
-             "cos_pattern": values["cos"], "dtype": values["dtype"]}
-        if grad:
-            p["x"] = values["x"]
-        p["distribution"] = values["dist"]
-        p["fault"] = values["fault"]
-        p.update(shape)
-        if values["layout"] == "TND":
-            p["T"] = shape["B"] * shape["S"]
-        return p
-    return params
+def _pattern(v) -> str:
+    s = str(v).strip().upper()
+    if not re.fullmatch(r"[1BNST]{1,3}D", s):
+        raise ValueError(f"{v!r} is not a cos/sin pattern; a pattern spells the layout's "
+                         "letters with 1 on broadcast axes, e.g. 11SD, BS1D, T1D")
+    return s
+
+
+def _complete(values: dict) -> dict:
+    """T = B*S of a TND layout."""
+    return {**values, "T": values["B"] * values["S"]} if values["layout"] == "TND" else values
+
+
+_MODE_PARSE, _MODE_SPEC = enum_labels(RopeMode, lambda m: m.label)
 
 
 def _sweep(grad: bool) -> SweepAxes:
-    axes = ("soc", "mode", "layout", "cos", "dtype") + (("x",) if grad else ()) + ("dist", "fault")
     faults = ("none", "cos_dtype", "sin_shape") + (("x_shape",) if grad else ()) + ("missing_cos",)
+    axes = (soc_axis(),
+            Axis("mode", _MODE_PARSE, ("half",), MODES, attr="mode", to_spec=_MODE_SPEC,
+                 legacy="mode_name"),
+            Axis("layout", choice(LAYOUTS, upper=True), ("BNSD",), LAYOUTS),
+            Axis("cos", _pattern, DEFAULT_COS, legacy="cos_pattern"),
+            dtype_axis())
+    axes += (Axis("x", flag, (True,), (True, False)),) if grad else ()
+    axes += (dist_axis(), fault_axis(faults))
     return SweepAxes(
-        axes=axes, shape_keys=("B", "N", "S", "D"), shape_example="B2N8S128D64",
-        params=_params(grad), label=lambda s: f"B{s['B']}N{s['N']}S{s['S']}D{s['D']}",
-        faults=faults, derived=lambda values, shape: {"T": shape["B"] * shape["S"]},
+        axes=axes, shape=Shape(("B", "N", "S", "D"), "B2N8S128D64",
+                               lambda s: f"B{s['B']}N{s['N']}S{s['S']}D{s['D']}"),
+        complete=_complete, derived=lambda values: {"T": values["B"] * values["S"]},
         derived_names=("T",), admits=lambda values: cos_fits(values["cos"], values["layout"]),
-        check_axes=_check_axes,
-        defaults={"cos": list(DEFAULT_COS)}, filters={"mode": "mode_name", "layout": "layout"})
+        check=_check_axes)
 
 
 # --- inputs -----------------------------------------------------------------------------------
 
 def _cos_shape(p: dict) -> tuple:
     sizes = {"B": p["B"], "N": p["N"], "S": p["S"], "T": p["B"] * p["S"], "D": p["D"]}
-    return tuple(1 if c == "1" else sizes[letter] for c, letter in zip(p["cos_pattern"], p["layout"]))
+    return tuple(1 if c == "1" else sizes[letter] for c, letter in zip(p["cos"], p["layout"]))
 
 
 def _other_dtype(dt: np.dtype) -> np.dtype:
@@ -118,7 +129,7 @@ def _positions(p: dict, cshape: tuple, seed: int) -> np.ndarray:
     other axis the table has (per-batch or per-head tables); one random position when the table
     has no sequence axis."""
     rng = stream(seed, "positions")
-    layout, pattern = p["layout"], p["cos_pattern"]
+    layout, pattern = p["layout"], p["cos"]
     pos = np.zeros(cshape[:-1] + (1,))
     has_seq = False
     for axis, (c, letter) in enumerate(zip(pattern[:-1], layout[:-1])):
@@ -158,7 +169,7 @@ def _sample(grad: bool):
     def sample(p: dict, seed: int, pool=None) -> dict:
         """The case's inputs as stored, each in its planned dtype (tensors drawn side by side
         by ``pool``, an executor, when given: each has its own random stream)."""
-        dist = p["distribution"]
+        dist = p["dist"]
         plan = plan_of(p)
         drawn = [(name, t) for name, t in plan.items() if t.role != "table"]
 
@@ -171,7 +182,7 @@ def _sample(grad: bool):
         tplan = plan.get("cos", plan["sin"])
         cshape = _cos_shape(p)
         cos, sin = draw_tables(dist, cshape, tplan.dtype, seed, positions=_positions(p, cshape, seed),
-                               pairing=_PAIRING[p["mode_name"]], vendor=ROPE_VENDOR)
+                               pairing=_PAIRING[p["mode"]], vendor=ROPE_VENDOR)
         if "cos" in plan:
             out["cos"] = cos
         out["sin"] = sin if plan["sin"].shape == cshape else draw(
@@ -186,51 +197,53 @@ def _check(grad: bool):
     function, primary = (("rotary_position_embedding_grad", "dy") if grad
                          else ("rotary_position_embedding", "x"))
 
-    def check(inputs: dict, attrs: dict, soc) -> None:
-        check_rope_args(function, primary, inputs.get(primary), inputs.get("cos"),
-                        inputs.get("sin"), inputs.get("x") if grad else None, attrs["mode"], soc)
+    def check(call: Call) -> None:
+        t = call.inputs
+        check_rope_args(function, primary, t.get(primary), t.get("cos"), t.get("sin"),
+                        t.get("x") if grad else None, call.attrs["mode"], call.soc)
     return check
 
 
-def _terms_grad(inputs, attrs, soc):
-    return terms.rope_grad_terms(inputs["dy"], inputs["cos"], inputs["sin"], inputs.get("x"),
-                                 attrs["mode"], soc)
+def _terms_grad(call: Call) -> dict:
+    t = call.inputs
+    return terms.rope_grad_terms(t["dy"], t["cos"], t["sin"], t.get("x"), call.attrs["mode"],
+                                 call.soc)
 
 
-def _terms(inputs, attrs, soc):
-    return terms.rope_terms(inputs["x"], inputs["cos"], inputs["sin"], attrs["mode"], soc)
+def _terms(call: Call) -> dict:
+    t = call.inputs
+    return terms.rope_terms(t["x"], t["cos"], t["sin"], call.attrs["mode"], call.soc)
 
 
 def _describe(grad: bool):
     primary = "dy" if grad else "x"
 
-    def describe(inputs: dict, attrs: dict, soc) -> dict:
+    def describe(call: Call) -> dict:
         """layout and cos pattern of an in-memory case, as the A2/A3 rules name them (the
         profile's own rules first), and whether x was given."""
-        shape, cshape = np.shape(inputs[primary]), np.shape(inputs["cos"])
-        mode = int(attrs.get("mode", 0))
-        out = {"mode": mode, "layout": None, "cos_pattern": None}
-        for profile in ((soc,) if soc else ()) + ("A2", None):
+        shape, cshape = np.shape(call.inputs[primary]), np.shape(call.inputs["cos"])
+        mode = int(call.attrs.get("mode", 0))
+        out = {"layout": None, "cos": None}
+        for profile in ((call.soc,) if call.soc else ()) + ("A2", None):
             try:
                 inf = infer_layout(shape, cshape, mode=mode if mode in (0, 1) else 0, soc=profile)
             except AclnnError:
                 continue
             if inf.layout:
-                out.update(layout=inf.layout,
-                           cos_pattern=inf.cos_pattern or cos_pattern(cshape, inf.layout))
+                out.update(layout=inf.layout, cos=inf.cos_pattern or cos_pattern(cshape, inf.layout))
                 break
         if grad:
-            out["x"] = inputs.get("x") is not None
+            out["x"] = call.inputs.get("x") is not None
         return out
     return describe
 
 
 def _benchmark(grad: bool):
-    def benchmark(inputs: dict, attrs: dict, soc) -> dict:
+    def benchmark(call: Call) -> dict:
         """The formula block run on the inputs converted to float32 (exact): what a naive
         float32 kernel computes."""
-        t = widen(inputs, np.float32)
-        mode = RopeMode(int(attrs["mode"]))
+        t = widen(call.inputs, np.float32)
+        mode = RopeMode(int(call.attrs["mode"]))
         if grad:
             return dict(zip(("dx", "dcos", "dsin"),
                             ROPE_BACKWARD[mode](t["dy"], t["cos"], t["sin"], t.get("x"))))
@@ -238,61 +251,44 @@ def _benchmark(grad: bool):
     return benchmark
 
 
-def _elementwise(grad: bool):
-    primary, name = ("dy", "dx") if grad else ("x", "y")
-
-    def sum_abs(inputs: dict, attrs: dict, soc, names) -> dict:
-        if name not in names:
-            return {}
-        return {name: terms.rope_elementwise_sum_abs(inputs[primary], inputs["cos"],
-                                                     inputs["sin"], attrs["mode"], grad)}
-    return sum_abs
-
-
-def _autograd(inputs: dict, attrs: dict) -> Autograd:
+def _autograd(call: Call) -> Autograd:
     """dx, dcos, dsin are the gradients of y = RotaryPositionEmbedding(x, cos, sin) for the
     upstream gradient dy; without x only dx is asked for (it does not depend on x)."""
+    inputs = call.inputs
     x = inputs.get("x")
     leaves = {"x": "dx", "cos": "dcos", "sin": "dsin"} if x is not None else {"x": "dx"}
     if x is None:
         x = np.zeros(np.shape(inputs["dy"]), np.asarray(inputs["dy"]).dtype)
     return Autograd("rope", {"x": x, "cos": inputs["cos"], "sin": inputs["sin"]},
-                    {"mode": attrs["mode"]}, leaves, {"y": "dy"})
+                    {"mode": call.attrs["mode"]}, leaves, {"y": "dy"})
 
 
-_SOCS = ("A2", "A3", "950", None)
-_CONTEXT = ("mode", "layout", "cos_pattern", "dtype")
-
-
-def _attrs_of(p: dict) -> dict:
-    return {"mode": p["mode"]}
-
-
-def _output_axes(p: dict, name: str) -> str:
-    return p.get("layout") or ""
-
+_COMPARISON = Comparison(context=("mode", "layout", "cos", "dtype"), ratio_level="L0")
 
 ROPE_GRAD = Operator(
-    id="rope_grad", function="rotary_position_embedding_grad",
-    aclnn="aclnnRotaryPositionEmbeddingGrad", title="RotaryPositionEmbeddingGrad",
+    id="rope_grad", aclnn="aclnnRotaryPositionEmbeddingGrad", title="RotaryPositionEmbeddingGrad",
     spec=rotary_position_embedding_grad,
-    inputs=(Tensor("dy", "dy", "grad"), Tensor("cos", "cos", "table"),
-            Tensor("sin", "sin", "table"), Tensor("x", "x", "data")),
-    outputs=(Output("dx", "dx"), Output("dcos", "dcos"), Output("dsin", "dsin")),
-    attributes=("mode",), socs=_SOCS, sweep=_sweep(grad=True), attrs_of=_attrs_of,
-    plan=_plan(grad=True), sample=_sample(grad=True), check=_check(grad=True),
-    terms=_terms_grad, output_axes=_output_axes, describe=_describe(grad=True),
-    context=_CONTEXT, ratio_level="L0", benchmark=_benchmark(grad=True),
-    elementwise_sum_abs=_elementwise(grad=True), file_aliases=_ALIASES, autograd=_autograd)
+    tensors=Tensors(
+        inputs=(Tensor("dy", "dy", "grad"), Tensor("cos", "cos", "table"),
+                Tensor("sin", "sin", "table"), Tensor("x", "x", "data")),
+        outputs=tuple(Output(n, n, axes="{layout}") for n in ("dx", "dcos", "dsin")),
+        aliases=_ALIASES),
+    sweep=_sweep(grad=True),
+    generation=Generation(plan=_plan(grad=True), sample=_sample(grad=True),
+                          check=_check(grad=True), terms=_terms_grad, socs=_SOCS,
+                          describe=_describe(grad=True)),
+    comparison=replace(_COMPARISON, benchmark=_benchmark(grad=True)),
+    autograd=_autograd)
 
 ROPE = Operator(
-    id="rope", function="rotary_position_embedding", aclnn="aclnnRotaryPositionEmbedding",
-    title="RotaryPositionEmbedding", spec=rotary_position_embedding,
-    inputs=(Tensor("x", "x", "data"), Tensor("cos", "cos", "table"),
-            Tensor("sin", "sin", "table")),
-    outputs=(Output("y", "y"),),
-    attributes=("mode",), socs=_SOCS, sweep=_sweep(grad=False), attrs_of=_attrs_of,
-    plan=_plan(grad=False), sample=_sample(grad=False), check=_check(grad=False),
-    terms=_terms, output_axes=_output_axes, describe=_describe(grad=False),
-    context=_CONTEXT, ratio_level="L0", benchmark=_benchmark(grad=False),
-    elementwise_sum_abs=_elementwise(grad=False), file_aliases=_ALIASES)
+    id="rope", aclnn="aclnnRotaryPositionEmbedding", title="RotaryPositionEmbedding",
+    spec=rotary_position_embedding,
+    tensors=Tensors(
+        inputs=(Tensor("x", "x", "data"), Tensor("cos", "cos", "table"),
+                Tensor("sin", "sin", "table")),
+        outputs=(Output("y", "y", axes="{layout}"),), aliases=_ALIASES),
+    sweep=_sweep(grad=False),
+    generation=Generation(plan=_plan(grad=False), sample=_sample(grad=False),
+                          check=_check(grad=False), terms=_terms, socs=_SOCS,
+                          describe=_describe(grad=False)),
+    comparison=replace(_COMPARISON, benchmark=_benchmark(grad=False)))

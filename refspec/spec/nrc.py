@@ -27,6 +27,7 @@ from .rope import ROPE_BACKWARD, ROPE_FORWARD
 
 __all__ = [
     "NormRopeConcatOutputs", "NormRopeConcatGrads", "ROPE_TYPE_TO_MODE", "UPSTREAM",
+    "FORWARD_TENSORS", "BACKWARD_TENSORS",
     "layer_norm", "concat_seq", "stream_positions", "split_seq", "bsnd_to_bnsd", "bnsd_to_bsnd",
     "rope_positions", "rope_positions_grad", "layer_norm_backward", "upstream_rows",
     "stream_gradients", "value_gradients", "backward_args", "backward_exact",
@@ -72,6 +73,18 @@ class NormRopeConcatGrads(NamedTuple):
     grad_norm_added_query_bias: np.ndarray | None = None
     grad_norm_added_key_weight: np.ndarray | None = None
     grad_norm_added_key_bias: np.ndarray | None = None
+
+
+#: NormRopeConcat's tensor parameters, in the order of its signature
+FORWARD_TENSORS = (("query", "key", "value", "encoder_query", "encoder_key", "encoder_value")
+                   + tuple(n for st in STREAMS.values() for n in (st.weight, st.bias))
+                   + ("rope_sin", "rope_cos"))
+#: NormRopeConcatBackward's tensor parameters, in the order of its signature (absent optional
+#: ones may be left out of the ``tensors`` of ``backward_args``)
+BACKWARD_TENSORS = (("grad_query_output", "grad_key_output", "grad_value_output", "query", "key",
+                     "encoder_query", "encoder_key")
+                    + tuple(n for st in STREAMS.values() for n in (st.weight, st.mean, st.rstd))
+                    + ("rope_sin", "rope_cos"))
 
 
 # --- forward steps (docs/norm_rope_concat.md §1) ---------------------------------------------
@@ -303,10 +316,6 @@ def norm_rope_concat(query, key, value, encoder_query=None, encoder_key=None, en
     return NormRopeConcatOutputs(**outs)
 
 
-#: the backward's tensor parameters (absent optional ones may be left out of ``tensors``)
-BACKWARD_TENSORS = (("grad_query_output", "grad_key_output", "grad_value_output", "query", "key",
-                     "encoder_query", "encoder_key", "rope_sin", "rope_cos")
-                    + tuple(n for spec in STREAMS.values() for n in (spec[1], spec[3], spec[4])))
 
 
 def backward_args(tensors: dict, attrs: dict, soc=None):

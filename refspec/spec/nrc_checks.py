@@ -7,26 +7,40 @@ NormRopeConcat exists only on A2/A3, so ``soc="950"`` is itself rejected (161002
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
 from .checks import as_tensor, check_attr, check_same_dtype, check_soc, require
 from .errors import ParamInvalidError, ParamNullptrError, TilingError
 
-__all__ = ["STREAMS", "check_nrc_args"]
+__all__ = ["Stream", "STREAMS", "check_nrc_args"]
 
 MAX_D = 1024
 
-#: (stream tensor, norm-type attribute, weight, bias, mean, rstd) for the four normed tensors.
+class Stream(NamedTuple):
+    """The names that belong to one normed tensor (a stream): its norm-type attribute and the
+    spec's parameter names of its LayerNorm weight and bias and of its saved mean and rstd."""
+
+    norm: str
+    weight: str
+    bias: str
+    mean: str
+    rstd: str
+
+
+def _stream(norm: str, prefix: str) -> Stream:
+    return Stream(norm, f"{prefix}_weight", f"{prefix}_bias", f"{prefix}_mean", f"{prefix}_rstd")
+
+
+#: stream tensor -> its Stream, for the four normed tensors (docs/norm_rope_concat.md, Parameters)
 STREAMS = {
-    "query": ("norm_type", "norm_query_weight", "norm_query_bias", "norm_query_mean", "norm_query_rstd"),
-    "key": ("norm_type", "norm_key_weight", "norm_key_bias", "norm_key_mean", "norm_key_rstd"),
-    "encoder_query": ("norm_added_type", "norm_added_query_weight", "norm_added_query_bias",
-                      "norm_added_query_mean", "norm_added_query_rstd"),
-    "encoder_key": ("norm_added_type", "norm_added_key_weight", "norm_added_key_bias",
-                    "norm_added_key_mean", "norm_added_key_rstd"),
+    "query": _stream("norm_type", "norm_query"),
+    "key": _stream("norm_type", "norm_key"),
+    "encoder_query": _stream("norm_added_type", "norm_added_query"),
+    "encoder_key": _stream("norm_added_type", "norm_added_key"),
 }
-_STAT_NAMES = {name for spec in STREAMS.values() for name in spec[3:]}
+_STAT_NAMES = {name for st in STREAMS.values() for name in (st.mean, st.rstd)}
 
 
 def _expect_shape(arr, name, shape, ctx, what=""):

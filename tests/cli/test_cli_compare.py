@@ -27,8 +27,8 @@ def setup(tmp_path_factory):
     d = tmp_path_factory.mktemp("cli")
     g = d / "g.h5"
     with goldens.GoldenWriter(g, sweep_name="t", sweep_definition="", sweep_seed=0) as w:
-        w.write_case("rope/a", **rope_grad_case(B=2, N=2, S=4, D=8, dtype="float16"))
-        w.write_case("nrc/b", **nrc_backward_case(dtype="bfloat16"))
+        w.write_case(rope_grad_case(shape=(2, 2, 4, 8), dtype='float16', case_id='rope/a'))
+        w.write_case(nrc_backward_case(dtype='bfloat16', case_id='nrc/b'))
     good, bad = d / "good", d / "bad"
     export(g, good)
     export(g, bad)
@@ -37,13 +37,13 @@ def setup(tmp_path_factory):
             for n in case.output_names:
                 a = case.expected[n][()]
                 bits = a.view(f"u{a.itemsize}")
-                bits.tofile(good.joinpath(*case.case_id.split("/"), ops.get(case.op).output_file(n)))
+                bits.tofile(good.joinpath(*case.case_id.split("/"), ops.get(case.op).tensor_file(n)))
                 if n == "dx":
                     a = a.copy()
                     a[1, 0, 3, 2] += 1
                 if n == "grad_key":
                     continue
-                a.view(f"u{a.itemsize}").tofile(bad.joinpath(*case.case_id.split("/"), ops.get(case.op).output_file(n)))
+                a.view(f"u{a.itemsize}").tofile(bad.joinpath(*case.case_id.split("/"), ops.get(case.op).tensor_file(n)))
     return d, g, good, bad
 
 

@@ -51,7 +51,7 @@ def test_list_filters_and_json(tiny):
     for row in doc["cases"]:
         err = probe(row["params"])
         assert row["expected_error_code"] == (None if err is None else err.code)
-        assert row["op"] == "rotary_position_embedding_grad" and isinstance(row["seed"], int)
+        assert row["op"] == "rope_grad" and isinstance(row["seed"], int)
     codes = {r["id"].split("/")[1] + "/" + r["id"].split("/")[2] + "/" + r["id"].split("/")[3]:
              r["expected_error_code"] for r in doc["cases"] if "dtype=float32" in r["id"]}
     assert codes["soc=A2/mode=quarter/layout=BNSD"] == 561002          # A2: no quarter mode

@@ -1,5 +1,6 @@
 """`refspec show`, `refspec export`, `refspec merge`: output and one-line errors (exit 2)."""
 
+from refspec.goldens.cases import CaseData
 import json
 import os
 import subprocess
@@ -24,12 +25,11 @@ def golden(tmp_path_factory):
     path = tmp_path_factory.mktemp("cli") / "g.h5"
     neg = rope_grad_case(dtype="float16", seed=4)
     with goldens.GoldenWriter(path, **SWEEP) as w:
-        w.write_case(RG, **rope_grad_case(dtype="bfloat16", seed=1))
-        w.write_case(NRC, **nrc_backward_case(dtype="float32", seed=2))
-        w.write_case(NEG, op=neg["op"], params={**neg["params"], "soc": "A2"}, seed=4, soc="A2",
-                     distribution="random", inputs=neg["inputs"],
-                     expected_error=refspec.TilingError("mode: 2 has no kernel on A2"),
-                     regenerate="refspec generate --sweep cli --case " + NEG)
+        w.write_case(rope_grad_case(dtype='bfloat16', seed=1, case_id=RG))
+        w.write_case(nrc_backward_case(dtype='float32', seed=2, case_id=NRC))
+        w.write_case(CaseData(NEG, neg.op, {**neg.params, 'soc': 'A2'}, 4, neg.inputs,
+                              regenerate='refspec generate --sweep cli --case ' + NEG,
+                              error=refspec.TilingError('mode: 2 has no kernel on A2')))
     return str(path)
 
 
@@ -39,9 +39,9 @@ def test_show_file_summary(golden):
     out = res.stdout
     assert "sweep:             cli (seed 9)" in out
     assert "cases:             3 (1 negative)" in out
-    assert "norm_rope_concat_backward 1" in out and "rotary_position_embedding_grad 2" in out
+    assert "nrc_grad 1" in out and "rope_grad 2" in out
     assert "bfloat16 1" in out and "float16 1" in out and "float32 1" in out
-    assert "A2 1" in out and "none 2" in out and "schema_version:    1" in out
+    assert "A2 1" in out and "none 2" in out and "schema_version:    2" in out
     summary = json.loads(run("show", golden, "--json").stdout)
     assert summary["cases"] == 3 and summary["negative"] == 1 and summary["complete"] is True
     assert summary["attrs"]["sweep_definition"] == SWEEP["sweep_definition"]
@@ -56,8 +56,8 @@ def test_show_case(golden):
     res = run("show", golden, RG)
     assert res.exit_code == 0, res.stderr
     out = res.stdout
-    assert f"case:              {RG}" in out and "op:                rotary_position_embedding_grad" in out
-    assert '  mode:                0' in out and '  layout:              "BNSD"' in out
+    assert f"case:              {RG}" in out and "op:                rope_grad" in out
+    assert '  mode:                "half"' in out and '  layout:              "BNSD"' in out
     assert "seed:              1" in out and "soc:               none (math only)" in out
     assert "expected error:    none (positive case)" in out
     dy = next(line for line in out.splitlines() if line.strip().startswith("dy "))
@@ -123,7 +123,7 @@ def test_real_process_one_line_exit_2(golden, tmp_path):
 
 
 def test_show_and_pack_of_a_jobs_run_and_merge_allow_partial(tmp_path):
-    from refspec.goldens.engine import generate
+    from refspec.goldens.engine import Run, generate
     from refspec.goldens.sweep import load_sweep
     smoke = load_sweep("smoke")
     cases = smoke.cases()[:40]
@@ -138,7 +138,8 @@ def test_show_and_pack_of_a_jobs_run_and_merge_allow_partial(tmp_path):
     assert "part files" not in run("show", tmp_path / "self.h5").output
     assert_user_error(run("pack", out, "-o", tmp_path / "self.h5"), "exists", "--force")
     shard1 = tmp_path / "s1.h5"
-    generate(smoke, cases[0::2], shard1, extra_attrs={"shard": "1/2", "tier": "smoke"})
+    generate(smoke, cases[0::2], shard1,
+             run=Run.of(smoke, extra_attrs={"shard": "1/2", "tier": "smoke"}))
     assert_user_error(run("merge", tmp_path / "m.h5", shard1), "missing shard 2/2", "--allow-partial")
     res = run("merge", tmp_path / "m.h5", shard1, "--allow-partial")
     assert res.exit_code == 0 and "PARTIAL: missing shard 2/2" in res.stderr

@@ -18,6 +18,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from refspec.goldens.cases import CaseData
 from refspec.comparator import resolve_rule
 from refspec.comparator.actuals import ArrayActual
 from refspec.comparator.judge import JudgeOptions, judge_output
@@ -78,10 +79,10 @@ def _actual(rng, g, e, dtype, kind):
 
 def _case(g, e, dtype, cls, K, S):
     terms = {"y": OutputTerms(cls, K, S)}
-    return MemoryCase("c/1", "rotary_position_embedding",
-                      {"mode": 0, "layout": "BNSD", "cos_pattern": "11SD",
-                       "dtype": np.dtype(dtype).name}, {}, {"y": e.reshape(SHAPE)},
-                      {"y": g.reshape(SHAPE)}, terms, {"y": "SD"})
+    return MemoryCase(CaseData("c/1", "rope", {"mode": "half", "layout": "BNSD", "cos": "11SD",
+                                               "dtype": np.dtype(dtype).name}, 0, {},
+                               {"y": e.reshape(SHAPE)}, {"y": g.reshape(SHAPE)}, terms,
+                               {"y": "SD"}))
 
 
 POOL = ThreadPoolExecutor(2)
@@ -200,8 +201,8 @@ def test_fused_ulp_histogram_against_frexp():
     for v in got.tolist():
         want[_bin_independent(v)] += 1
     terms = {"y": OutputTerms("elementwise", None, None)}
-    case = MemoryCase("c/1", "rotary_position_embedding", {"dtype": "float64"}, {}, {"y": g},
-                      {"y": g}, terms, {"y": "D"})
+    case = MemoryCase(CaseData("c/1", "rope", {"dtype": "float64"}, 0, {}, {"y": g}, {"y": g},
+                               terms, {"y": "D"}))
     rule = resolve_rule("torch", "float64", "elementwise", None)
     res = judge_output(case, "y", ArrayActual("arr", a), rule, JudgeOptions(), "ctx")
     assert res.metrics.ulp_hist == want.tolist()

@@ -30,8 +30,8 @@ def report(tmp_path_factory):
     ids = [LONG + f"B2N4S64D{16 * (k + 1)}" for k in range(3)]
     with goldens.GoldenWriter(g, sweep_name="t", sweep_definition="", sweep_seed=0) as w:
         for k, cid in enumerate(ids):
-            w.write_case(cid, **rope_grad_case(B=2, N=4, S=64, D=16 * (k + 1), dtype="bfloat16",
-                                               seed=k))
+            w.write_case(rope_grad_case(shape=(2, 4, 64, 16 * (k + 1)), dtype='bfloat16', seed=k,
+                                        case_id=cid))
     arrays = {}
     with goldens.open(g) as gf:
         for cid in ids:

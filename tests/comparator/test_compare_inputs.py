@@ -12,6 +12,7 @@ import pytest
 
 import refspec.goldens as goldens
 from refspec.comparator import compare
+from refspec.goldens.cases import CaseData
 from refspec.goldens.export import export_cases as export
 from refspec.goldens.example import nrc_backward_case, rope_grad_case
 
@@ -23,8 +24,8 @@ def golden(tmp_path_factory):
     d = tmp_path_factory.mktemp("golden")
     path = str(d / "g.h5")
     with goldens.GoldenWriter(path, sweep_name="t", sweep_definition="", sweep_seed=0) as w:
-        w.write_case("rope/bf16", **rope_grad_case(B=2, N=2, S=4, D=8, dtype="bfloat16"))
-        w.write_case("nrc/f16", **nrc_backward_case(dtype="float16"))
+        w.write_case(rope_grad_case(shape=(2, 2, 4, 8), dtype='bfloat16', case_id='rope/bf16'))
+        w.write_case(nrc_backward_case(dtype='float16', case_id='nrc/f16'))
     return path
 
 
@@ -129,16 +130,15 @@ def test_hdf5_of_another_implementation(golden, tmp_path):
             if case.case_id == "rope/bf16":
                 exp["dx"] = exp["dx"].copy()
                 exp["dx"][1, 0, 2, 5] = -exp["dx"][1, 0, 2, 5] - 1
-            kw = dict(op=case.op, params=case.params, seed=case.seed, soc=case.soc,
-                      distribution=case.distribution, inputs={n: case.inputs[n][()] for n in case.input_names},
-                      expected=exp, exact={n: case.exact[n][()] for n in case.output_names},
-                      axes={n: case.output_meta(n)["axes"] for n in case.output_names})
             from refspec.spec.terms import OutputTerms
-            kw["terms"] = {n: OutputTerms(case.output_meta(n)["comparison_class"],
-                                          case.output_meta(n)["reduced_terms"],
-                                          case.sum_abs[n][()] if n in case.sum_abs else None)
-                           for n in case.output_names}
-            w.write_case(case.case_id, **kw)
+            terms = {n: OutputTerms(case.output_meta(n)["comparison_class"],
+                                    case.output_meta(n)["reduced_terms"],
+                                    case.sum_abs[n][()] if n in case.sum_abs else None)
+                     for n in case.output_names}
+            w.write_case(CaseData(case.case_id, case.op, case.params, case.seed,
+                                  {n: case.inputs[n][()] for n in case.input_names}, exp,
+                                  {n: case.exact[n][()] for n in case.output_names}, terms,
+                                  {n: case.output_meta(n)["axes"] for n in case.output_names}))
     report = compare(golden, other)
     bad = report.failures
     assert [(r.case_id, r.output) for r in bad] == [("rope/bf16", "dx")]

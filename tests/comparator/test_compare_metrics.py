@@ -10,6 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from refspec.goldens.cases import CaseData
 from refspec.comparator import compare, resolve_rule
 from refspec.comparator.judge import JudgeOptions
 from refspec.comparator.memory_case import MemoryCase
@@ -24,9 +25,9 @@ def one_case(exact, dtype, cls="elementwise", K=None, S=None, axes="BNSD", expec
         with np.errstate(over="ignore"):
             expected = exact.astype(np.float32).astype(dtype) if dtype != np.float64 else exact
     terms = {"y": OutputTerms(cls, K, S)}
-    return MemoryCase("c/1", "rotary_position_embedding", {"mode": 0, "layout": "BNSD",
-                      "cos_pattern": "11SD", "dtype": np.dtype(dtype).name}, {}, {"y": expected},
-                      {"y": exact}, terms, {"y": axes})
+    return MemoryCase(CaseData("c/1", "rope", {"mode": "half", "layout": "BNSD", "cos": "11SD",
+                                               "dtype": np.dtype(dtype).name}, 0, {},
+                               {"y": expected}, {"y": exact}, terms, {"y": axes}))
 
 
 def run(case, actual, **kw):
@@ -182,12 +183,13 @@ def test_standards_differ_as_published(standard, ok):
 def test_ratio_standard_uses_the_float32_benchmark():
     from case_grids import rope_cases
     import implementations as impl
+    from implementations import attrs_of
     cases = rope_cases(grad=True)[:24]
-    good = {c.case_id: impl.run(c.op, c.params, c.inputs) for c in cases}
+    good = {c.case_id: impl.run(c.op, attrs_of(c), c.inputs) for c in cases}
     rep = compare(cases, good, standard="ratio")
     assert rep.passed, str(rep)
     assert all(r.ratio["level"] == "L0" for r in rep.results)
-    bad = {c.case_id: impl.run(c.op, c.params, c.inputs, "lost_minus") for c in cases}
+    bad = {c.case_id: impl.run(c.op, attrs_of(c), c.inputs, "lost_minus") for c in cases}
     assert not compare(cases, bad, standard="ratio").passed
 
 

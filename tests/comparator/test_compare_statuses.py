@@ -8,6 +8,8 @@ tracebacks without refspec.testing's frames."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from refspec.goldens.cases import CaseData
 import json
 import subprocess
 import sys
@@ -42,10 +44,9 @@ def golden(tmp_path_factory):
     neg = rope_grad_case(dtype="float32", seed=3)
     with goldens.GoldenWriter(path, sweep_name="t", sweep_definition="", sweep_seed=0) as w:
         for k, cid in enumerate(POS):
-            w.write_case(cid, **rope_grad_case(B=1, N=2, S=4, D=8, dtype="float16", seed=k))
-        w.write_case(NEG, op=neg["op"], params=neg["params"], seed=3, soc="A2",
-                     distribution="random", inputs=neg["inputs"],
-                     expected_error=refspec.TilingError("dy: D=31 must be even"), regenerate="r")
+            w.write_case(rope_grad_case(shape=(1, 2, 4, 8), dtype='float16', seed=k, case_id=cid))
+        w.write_case(CaseData(NEG, neg.op, {**neg.params, "soc": "A2"}, 3, neg.inputs, regenerate='r',
+                              error=refspec.TilingError('dy: D=31 must be even')))
     return str(path)
 
 
@@ -58,7 +59,7 @@ def _write_outputs(golden, root, case_ids, skip=()):
                     continue
                 a = case.expected[n][()]
                 a.view(f"u{a.itemsize}").tofile(
-                    root.joinpath(*cid.split("/"), ops.get(case.op).output_file(n)))
+                    root.joinpath(*cid.split("/"), ops.get(case.op).tensor_file(n)))
 
 
 def _status(root, cid, code):
@@ -161,11 +162,11 @@ def test_partial_run_not_run_summarised_per_operator(golden, tmp_path):
     assert [(r.case_id, r.output) for r in missing] == [(POS[1], "dsin")]
     text = render_text(rep)
     not_run = [ln for ln in text.splitlines() if ln.startswith("NOT RUN")]
-    assert len(not_run) == 1 and "2 x rotary_position_embedding_grad" in not_run[0]
+    assert len(not_run) == 1 and "2 x rope_grad" in not_run[0]
     assert POS[2] not in text                                  # ids only in the JSON report
     doc = rep.to_dict()
     assert {n["case_id"] for n in doc["not_run"]} == {POS[2], NEG}
-    assert doc["summary"]["not_run_by_operator"] == {"rotary_position_embedding_grad": 2}
+    assert doc["summary"]["not_run_by_operator"] == {"rope_grad": 2}
     assert rep.exit_code == 1
     suite = ET.fromstring(render_junit(rep).split("\n", 1)[1])
     assert len(suite.findall("testcase/error[@type='not_run']")) == 2
@@ -203,22 +204,22 @@ def big_bf16(tmp_path_factory):
     """A bfloat16 case with values beyond 4, where half an ulp (2^-6 and more) exceeds the
     vendor script's absolute threshold 2^-7."""
     path = tmp_path_factory.mktemp("s") / "g.h5"
-    kw = rope_grad_case(B=1, N=2, S=16, D=16, dtype="bfloat16", seed=4)
+    kw = rope_grad_case(shape=(1, 2, 16, 16), dtype="bfloat16", seed=4)
     for k in ("dy", "x"):
-        kw["inputs"][k] = round_to(np.asarray(kw["inputs"][k], np.float64) * 8, ml_dtypes.bfloat16)
-    i = kw["inputs"]
+        kw.inputs[k] = round_to(np.asarray(kw.inputs[k], np.float64) * 8, ml_dtypes.bfloat16)
+    i = kw.inputs
     names = ("dx", "dcos", "dsin")
     rounded = refspec.rotary_position_embedding_grad(i["dy"], i["cos"], i["sin"], i["x"], mode=0)
     exact = refspec.rotary_position_embedding_grad(i["dy"], i["cos"], i["sin"], i["x"], mode=0,
                                                    out_dtype=np.float64)
-    kw["expected"], kw["exact"] = dict(zip(names, rounded)), dict(zip(names, exact))
+    kw.expected, kw.exact = dict(zip(names, rounded)), dict(zip(names, exact))
     from refspec.spec.terms import rope_grad_terms
-    kw["terms"] = rope_grad_terms(i["dy"], i["cos"], i["sin"], i["x"], mode=0)
+    kw.terms = rope_grad_terms(i["dy"], i["cos"], i["sin"], i["x"], mode=0)
     with goldens.GoldenWriter(path, sweep_name="t", sweep_definition="", sweep_seed=0) as w:
-        w.write_case(BIG, **kw)
-    dx_err = np.abs(np.asarray(kw["expected"]["dx"], np.float64) - kw["exact"]["dx"])
+        w.write_case(replace(kw, case_id=BIG))
+    dx_err = np.abs(np.asarray(kw.expected["dx"], np.float64) - kw.exact["dx"])
     assert np.count_nonzero(dx_err > 2.0 ** -7) > 0          # the rounded golden fails it
-    return str(path), {n: np.asarray(kw["expected"][n]).copy() for n in names}
+    return str(path), {n: np.asarray(kw.expected[n]).copy() for n in names}
 
 
 def test_rounded_golden_failing_the_standard_is_too_strict(big_bf16):
@@ -282,7 +283,8 @@ def test_failures_only_keeps_the_total_line(golden, exported):
 def test_float16_bfloat16_mix_up_hint(tmp_path):
     path = tmp_path / "g.h5"
     with goldens.GoldenWriter(path, sweep_name="t", sweep_definition="", sweep_seed=0) as w:
-        w.write_case("rope/bf", **rope_grad_case(B=1, N=2, S=8, D=16, dtype="bfloat16", seed=1))
+        w.write_case(rope_grad_case(shape=(1, 2, 8, 16), dtype='bfloat16', seed=1,
+                                    case_id='rope/bf'))
     out = tmp_path / "out"
     export(str(path), out)
     with goldens.open(path) as gf:

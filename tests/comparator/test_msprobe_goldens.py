@@ -100,7 +100,7 @@ def test_the_golden_names_its_dump_records_and_other_goldens_need_a_mapping(tmp_
                      "step": 0, "rank": 0}
     plain = tmp_path / "plain.h5"
     with goldens.GoldenWriter(plain, sweep_name="x", sweep_definition="", sweep_seed=0) as w:
-        w.write_case("rope_grad/one", **rope_grad_case())
+        w.write_case(rope_grad_case(case_id='rope_grad/one'))
     with pytest.raises(CompareUsageError, match="no case names an msprobe dump record"):
         msprobe_source(plain, dump)
     (tmp_path / "empty").mkdir()

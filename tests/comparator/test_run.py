@@ -104,7 +104,7 @@ def test_numpy_backwards_pass_and_their_broken_variants_fail(smoke, tmp_path):
 def test_functions_the_module_lacks_leave_their_cases_not_run(smoke):
     res = run(smoke, "--impl", NUMPY_FLOAT32, "--op", "rope", "--op", "rope_grad")
     assert res.exit_code == 0
-    assert re.search(r"^NOT RUN +21 x rotary_position_embedding: \S+numpy_float32.py has no "
+    assert re.search(r"^NOT RUN +21 x rope: \S+numpy_float32.py has no "
                      r"rotary_position_embedding", res.output, re.M), res.output[-1500:]
     assert run(smoke, "--impl", NUMPY_FLOAT32, "--op", "rope", "--require-all").exit_code == 1
 

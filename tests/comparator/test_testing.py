@@ -13,6 +13,7 @@ from refspec.goldens.example import rope_grad_case
 from refspec.testing import assert_allclose_to_spec, assert_matches_golden
 
 import implementations as impl
+from implementations import attrs_of
 
 
 def _inputs(rng, dtype="bfloat16", B=2, N=4, S=20, D=8):
@@ -49,7 +50,7 @@ def test_assert_allclose_to_spec_message_is_the_cli_row(rng):
 def test_assert_matches_golden_same_message_as_cli(tmp_path):
     path = tmp_path / "g.h5"
     with goldens.GoldenWriter(path, sweep_name="t", sweep_definition="", sweep_seed=0) as w:
-        w.write_case("rope/1", **rope_grad_case(B=2, N=2, S=4, D=8, dtype="float16"))
+        w.write_case(rope_grad_case(shape=(2, 2, 4, 8), dtype='float16', case_id='rope/1'))
     with goldens.open(path) as gf:
         case = gf["rope/1"]
         arrays = {n: case.expected[n][()].copy() for n in case.output_names}
@@ -66,7 +67,7 @@ def test_assert_matches_golden_same_message_as_cli(tmp_path):
 def test_assert_allclose_to_spec_nrc_and_unknown_output(rng):
     from case_grids import nrc_cases
     case = nrc_cases(backward=True, every=9)[0]
-    out = impl.run(case.op, case.params, case.inputs)
+    out = impl.run(case.op, attrs_of(case), case.inputs)
     kwargs = {**case.inputs, **{k: case.params[k] for k in ("norm_type", "norm_added_type",
                                                              "rope_type", "concat_order")}}
     assert_allclose_to_spec(out["grad_query"], "norm_rope_concat_backward", "grad_query", **kwargs)

@@ -11,8 +11,10 @@ import pytest
 
 import refspec
 import refspec.goldens as goldens
-from refspec.goldens.engine import GenerateError, check_expectations, generate
-from refspec.goldens.sweep import load_sweep, parse_sweep, shard
+from refspec import ops
+from refspec.goldens.engine import GenerateError, Run, check_expectations, generate
+from refspec.goldens.selection import shard
+from refspec.goldens.sweep import load_sweep, parse_sweep
 from refspec.spec.errors import AclnnError
 from refspec.spec.terms import (norm_rope_concat_backward_terms, norm_rope_concat_terms,
                                 rope_grad_terms, rope_terms)
@@ -44,21 +46,22 @@ def golden(smoke, selection, tmp_path_factory):
 def spec_outputs(case):
     """Call the public spec function on the stored inputs (rounded and exact outputs)."""
     p = case.params
+    a = ops.get(p["op"]).attrs_of(p)              # the spec's attribute values
     x = {k: case.inputs[k].read() for k in case.inputs}
     soc = p["soc"]
     if p["op"] == "rope_grad":
         def f(od):
             return dict(zip(("dx", "dcos", "dsin"), refspec.rotary_position_embedding_grad(
-                x["dy"], x.get("cos"), x.get("sin"), x.get("x"), p["mode"], soc=soc, out_dtype=od)))
+                x["dy"], x.get("cos"), x.get("sin"), x.get("x"), a["mode"], soc=soc, out_dtype=od)))
     elif p["op"] == "rope":
         def f(od):
             return {"y": refspec.rotary_position_embedding(x["x"], x.get("cos"), x.get("sin"),
-                                                           p["mode"], soc=soc, out_dtype=od)}
+                                                           a["mode"], soc=soc, out_dtype=od)}
     else:
-        attrs = dict(norm_type=p["norm_type"], norm_added_type=p["norm_added_type"],
-                     rope_type=p["rope_type"], concat_order=p["concat_order"])
+        attrs = dict(norm_type=a["norm_type"], norm_added_type=a["norm_added_type"],
+                     rope_type=a["rope_type"], concat_order=a["concat_order"])
         if p["op"] == "nrc":
-            attrs.update(eps=p["eps"], is_training=p["is_training"])
+            attrs.update(eps=a["eps"], is_training=a["is_training"])
             fn = refspec.norm_rope_concat
         else:
             fn = refspec.norm_rope_concat_backward
@@ -101,15 +104,16 @@ def test_tolerance_metadata_and_axes(golden):
             if case.is_negative:
                 continue
             p = case.params
+            a = ops.get(p["op"]).attrs_of(p)          # the spec's attribute values
             x = {k: case.inputs[k].read() for k in case.inputs}
             if p["op"] == "rope_grad":
-                terms = rope_grad_terms(x["dy"], x["cos"], x["sin"], x.get("x"), p["mode"], p["soc"])
+                terms = rope_grad_terms(x["dy"], x["cos"], x["sin"], x.get("x"), a["mode"], p["soc"])
             elif p["op"] == "rope":
-                terms = rope_terms(x["x"], x["cos"], x["sin"], p["mode"], p["soc"])
+                terms = rope_terms(x["x"], x["cos"], x["sin"], a["mode"], p["soc"])
             elif p["op"] == "nrc":
-                terms = norm_rope_concat_terms(p["norm_type"], p["norm_added_type"], p["rope_type"], p["D"])
+                terms = norm_rope_concat_terms(a["norm_type"], a["norm_added_type"], a["rope_type"], p["D"])
             else:
-                attrs = {k: p[k] for k in ("norm_type", "norm_added_type", "rope_type", "concat_order")}
+                attrs = {k: a[k] for k in ("norm_type", "norm_added_type", "rope_type", "concat_order")}
                 params = inspect.signature(refspec.norm_rope_concat_backward).parameters
                 names = list(params)[:list(params).index("norm_type")]
                 terms = norm_rope_concat_backward_terms({n: x.get(n) for n in names}, attrs, p["soc"])
@@ -164,7 +168,7 @@ def test_case_attributes_and_regenerate_command(golden, smoke, selection):
         for c in selection:
             case = gf[c.id]
             assert case.seed == c.seed and case.params["op"] == c.op
-            assert case.soc == (c.params["soc"] or "") and case.distribution == c.params["distribution"]
+            assert case.soc == (c.params["soc"] or "") and case.distribution == c.params["dist"]
             assert f"--case '{c.id}'" in case.regenerate or f"--case {c.id}" in case.regenerate
             assert "--sweep smoke" in case.regenerate and f"--seed {smoke.seed}" in case.regenerate
 
@@ -233,12 +237,12 @@ def test_resume_after_interruption(golden, smoke, selection, tmp_path):
 
 def test_force_replaces_and_seed_changes_the_data(smoke, selection, tmp_path):
     out = tmp_path / "f.h5"
-    pick = [c for c in selection if c.op == "rope_grad" and c.params["distribution"] == "random"][:2]
+    pick = [c for c in selection if c.op == "rope_grad" and c.params["dist"] == "random"][:2]
     assert pick
     generate(smoke, pick, out)
     first = file_content(out)
     reseeded = [smoke.case(c.id, seed=12345) for c in pick]
-    generate(smoke, reseeded, out, seed=12345, force=True)
+    generate(smoke, reseeded, out, force=True, run=Run.of(smoke, seed=12345))
     second = file_content(out)
     for c in pick:
         assert second[c.id]["inputs/dy"][2] != first[c.id]["inputs/dy"][2]
@@ -249,7 +253,7 @@ def test_force_replaces_and_seed_changes_the_data(smoke, selection, tmp_path):
 def test_special_distribution_stays_finite(smoke):
     from refspec.goldens.cases import build_case
     for c in smoke.cases("all")[::7]:
-        if c.params["distribution"] != "special":
+        if c.params["dist"] != "special":
             continue
         data = build_case(c)
         for name, v in data.expected.items():

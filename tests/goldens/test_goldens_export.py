@@ -1,5 +1,7 @@
 """Export of golden cases to .bin / .npy directories with case.json."""
 
+from dataclasses import replace
+from refspec.goldens.cases import CaseData
 import hashlib
 import io
 import json
@@ -29,10 +31,9 @@ def golden(tmp_path_factory):
     neg = rope_grad_case(dtype="float32", seed=3)
     with goldens.GoldenWriter(path, **SWEEP) as w:
         for case_id, kw in cases.items():
-            w.write_case(case_id, **kw)
-        w.write_case(NEG_ID, op=neg["op"], params=neg["params"], seed=3, soc="A2",
-                     distribution="random", inputs=neg["inputs"],
-                     expected_error=refspec.TilingError("dy: D=31 must be even"), regenerate="r")
+            w.write_case(replace(kw, case_id=case_id))
+        w.write_case(CaseData(NEG_ID, neg.op, {**neg.params, "soc": "A2"}, 3, neg.inputs, regenerate='r',
+                              error=refspec.TilingError('dy: D=31 must be even')))
     return path, cases, neg
 
 
@@ -54,18 +55,18 @@ def test_bin_export_is_raw_little_endian_with_vendor_names(golden, tmp_path, mon
     assert sorted(os.listdir(d)) == sorted(["dy.bin", "cos.bin", "sin.bin", "x.bin", "golden_dx.bin",
                                             "golden_dcos.bin", "golden_dsin.bin", "case.json"])
     kw = cases[ROPE_ID]
-    for name, arr in kw["inputs"].items():
+    for name, arr in kw.inputs.items():
         assert open(os.path.join(d, f"{name}.bin"), "rb").read() == le_bytes(arr)
-    for name, arr in kw["expected"].items():
+    for name, arr in kw.expected.items():
         raw = open(os.path.join(d, f"golden_{name}.bin"), "rb").read()
         assert raw == le_bytes(arr) and len(raw) == arr.size * 2
     nrc = dirs[1]
     kw = cases[NRC_ID]
-    assert open(os.path.join(nrc, "gradQueryOutput.bin"), "rb").read() == le_bytes(kw["inputs"]["grad_query_output"])
-    assert open(os.path.join(nrc, "normQueryMean.bin"), "rb").read() == le_bytes(kw["inputs"]["norm_query_mean"])
-    assert open(os.path.join(nrc, "ropeSin.bin"), "rb").read() == le_bytes(kw["inputs"]["rope_sin"])
+    assert open(os.path.join(nrc, "gradQueryOutput.bin"), "rb").read() == le_bytes(kw.inputs["grad_query_output"])
+    assert open(os.path.join(nrc, "normQueryMean.bin"), "rb").read() == le_bytes(kw.inputs["norm_query_mean"])
+    assert open(os.path.join(nrc, "ropeSin.bin"), "rb").read() == le_bytes(kw.inputs["rope_sin"])
     assert open(os.path.join(nrc, "golden_gradNormQueryWeight.bin"), "rb").read() == \
-        le_bytes(kw["expected"]["grad_norm_query_weight"])
+        le_bytes(kw.expected["grad_norm_query_weight"])
     assert not os.path.exists(os.path.join(nrc, "normAddedQueryWeight.bin"))     # absent input
     assert not [f for f in os.listdir(nrc) if f.endswith(".tmp")]
 
@@ -75,19 +76,19 @@ def test_case_json_describes_every_file(golden, tmp_path):
     (d,) = export(path, tmp_path, [NRC_ID], fmt="bin")
     desc = json.load(open(os.path.join(d, "case.json")))
     kw = cases[NRC_ID]
-    assert desc["operator"] == "norm_rope_concat_backward"
+    assert desc["operator"] == "nrc_grad"
     assert desc["aclnn_operator"] == "aclnnNormRopeConcatBackward"
     assert desc["case_id"] == NRC_ID and desc["seed"] == 2 and desc["expected_error"] is None
-    assert desc["parameters"]["norm_type"] == 2 and desc["regenerate"] == kw["regenerate"]
+    assert desc["parameters"]["norm_type"] == 2 and desc["regenerate"] == kw.regenerate
     files = {f["name"]: f for f in desc["files"]}
     assert set(files) | {"case.json"} == set(os.listdir(d))
     inputs = [f for f in desc["files"] if f["role"] == "input"]
-    assert [f["python_name"] for f in inputs] == [n for n, a in kw["inputs"].items() if a is not None]
+    assert [f["python_name"] for f in inputs] == [n for n, a in kw.inputs.items() if a is not None]
     for f in desc["files"]:
         on_disk = open(os.path.join(d, f["name"]), "rb").read()
         assert f["byte_size"] == len(on_disk) == f["data_bytes"]
         assert f["sha256"] == hashlib.sha256(on_disk).hexdigest()
-        src = (kw["inputs"] if f["role"] == "input" else kw["expected"])[f["python_name"]]
+        src = (kw.inputs if f["role"] == "input" else kw.expected)[f["python_name"]]
         assert f["shape"] == list(src.shape) and f["dtype"] == np.dtype(src.dtype).name
     gq = files["golden_gradQuery.bin"]
     assert gq["role"] == "golden" and gq["output_file"] == "gradQuery.bin"
@@ -103,7 +104,7 @@ def test_npy_export_matches_np_save_byte_for_byte(golden, tmp_path):
     desc = json.load(open(os.path.join(d, "case.json")))
     assert {f["name"] for f in desc["files"]} == {"dy.npy", "cos.npy", "sin.npy", "x.npy",
                                                   "golden_dx.npy", "golden_dcos.npy", "golden_dsin.npy"}
-    for name, arr in [*kw["inputs"].items(), *(("golden_" + k, v) for k, v in kw["expected"].items())]:
+    for name, arr in [*kw.inputs.items(), *(("golden_" + k, v) for k, v in kw.expected.items())]:
         file = os.path.join(d, f"{name}.npy")
         buf = io.BytesIO()
         np.save(buf, arr.view(np.uint16))
@@ -124,7 +125,7 @@ def test_negative_case_exports_inputs_and_the_error(golden, tmp_path):
     assert desc["expected_error"] == {"code": 561002, "status": "ACLNN_ERR_INNER_TILING_ERROR",
                                       "message": "dy: D=31 must be even"}
     assert desc["soc"] == "A2"
-    assert open(os.path.join(d, "dy.bin"), "rb").read() == le_bytes(neg["inputs"]["dy"])
+    assert open(os.path.join(d, "dy.bin"), "rb").read() == le_bytes(neg.inputs["dy"])
 
 
 def test_existing_files_need_force_and_nothing_is_written_before(golden, tmp_path):

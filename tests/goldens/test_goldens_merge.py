@@ -1,5 +1,6 @@
 """Merging shard files of one sweep."""
 
+from dataclasses import replace
 import h5py
 import numpy as np
 import pytest
@@ -13,13 +14,13 @@ IDS = [f"rope_grad/mode={m}/S={s}" for m in (0, 1) for s in (4, 8)]
 
 def kwargs(case_id):
     mode, s = int(case_id.split("mode=")[1][0]), int(case_id.rsplit("=", 1)[1])
-    return rope_grad_case(B=1, N=2, S=s, D=8, mode=mode, dtype="bfloat16", seed=s + mode)
+    return rope_grad_case(shape=(1, 2, s, 8), mode=mode, dtype="bfloat16", seed=s + mode)
 
 
 def write(path, ids, compression="gzip", **sweep):
     with goldens.GoldenWriter(path, **{**SWEEP, **sweep}, compression=compression) as w:
         for case_id in ids:
-            w.write_case(case_id, **kwargs(case_id))
+            w.write_case(replace(kwargs(case_id), case_id=case_id))
     return path
 
 
@@ -45,7 +46,7 @@ def test_merge_equals_one_unsharded_file(tmp_path):
         assert gf.attrs["sweep_seed"] == 5 and gf.attrs["merged_from"] == '["a.h5", "b.h5"]'
         bf = gf[IDS[1]].expected["dcos"][:]
         assert bf.dtype.name == "bfloat16"
-        want = kwargs(IDS[1])["expected"]["dcos"]
+        want = kwargs(IDS[1]).expected["dcos"]
         assert np.array_equal(bf.view(np.uint16), want.view(np.uint16))
     assert datasets(out) == datasets(whole)          # bytes, attributes, filters, chunks kept
     assert not (tmp_path / "all.h5.part").exists()
@@ -65,7 +66,7 @@ def test_merge_refuses_duplicates_other_sweeps_incomplete_and_existing(tmp_path)
         goldens.merge(tmp_path / "out.h5", [a, d])
     with pytest.raises(RuntimeError):
         with goldens.GoldenWriter(tmp_path / "e.h5", **SWEEP) as w:
-            w.write_case(IDS[3], **kwargs(IDS[3]))
+            w.write_case(replace(kwargs(IDS[3]), case_id=IDS[3]))
             raise RuntimeError
     with pytest.raises(goldens.GoldenFileError, match="incomplete"):
         goldens.merge(tmp_path / "out.h5", [a, tmp_path / "e.h5.part"])
@@ -127,7 +128,7 @@ def test_merge_of_an_interrupted_shard_needs_allow_partial(tmp_path):
     first = shards_of(tmp_path, 2)[0]
     with pytest.raises(RuntimeError):
         with goldens.GoldenWriter(tmp_path / "i2.h5", **SWEEP, extra_attrs={"shard": "2/2", "tier": "t"}) as w:
-            w.write_case(IDS[1], **kwargs(IDS[1]))
+            w.write_case(replace(kwargs(IDS[1]), case_id=IDS[1]))
             raise RuntimeError
     with pytest.raises(goldens.GoldenFileError, match="incomplete"):
         goldens.merge(tmp_path / "out.h5", [first, tmp_path / "i2.h5.part"])

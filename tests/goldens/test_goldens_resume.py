@@ -1,5 +1,6 @@
 """Golden store: atomic writes, interrupted runs (exception and killed process) and resume."""
 
+from dataclasses import replace
 import os
 import subprocess
 import sys
@@ -19,7 +20,7 @@ CASES = [(f"rope_grad/mode={m}/dtype={d}", dict(mode=m, dtype=d, seed=10 * m + i
 
 
 def case_kwargs(spec):
-    return rope_grad_case(B=2, N=2, S=8, D=16, **spec)
+    return rope_grad_case(shape=(2, 2, 8, 16), **spec)
 
 
 def content(path):
@@ -50,7 +51,7 @@ def write_all(path, **writer):
     with goldens.GoldenWriter(path, **SWEEP, **writer) as w:
         for case_id, spec in CASES:
             if not w.has_case(case_id):
-                w.write_case(case_id, **case_kwargs(spec))
+                w.write_case(replace(case_kwargs(spec), case_id=case_id))
     return path
 
 
@@ -64,10 +65,10 @@ def test_exception_mid_case_leaves_part_and_resume_completes(tmp_path, reference
     with pytest.raises(RuntimeError, match="boom"):
         with goldens.GoldenWriter(path, **SWEEP) as w:
             for case_id, spec in CASES[:3]:
-                w.write_case(case_id, **case_kwargs(spec))
+                w.write_case(replace(case_kwargs(spec), case_id=case_id))
             kw = case_kwargs(CASES[3][1])
-            kw["inputs"] = {**kw["inputs"], "cos": Boom()}      # dy is written, then it fails
-            w.write_case(CASES[3][0], **kw)
+            kw.inputs = {**kw.inputs, "cos": Boom()}      # dy is written, then it fails
+            w.write_case(replace(kw, case_id=CASES[3][0]))
     assert not path.exists()
     part = tmp_path / "g.h5.part"
     assert part.exists()
@@ -83,7 +84,7 @@ def test_exception_mid_case_leaves_part_and_resume_completes(tmp_path, reference
         assert [w.has_case(c) for c, _ in CASES] == [True, True, True, False, False]
         for case_id, spec in CASES:
             if not w.has_case(case_id):
-                w.write_case(case_id, **case_kwargs(spec))
+                w.write_case(replace(case_kwargs(spec), case_id=case_id))
         assert w.cases_written == 2
     assert path.exists() and not part.exists()
     assert content(path) == reference
@@ -92,6 +93,7 @@ def test_exception_mid_case_leaves_part_and_resume_completes(tmp_path, reference
 KILLER = textwrap.dedent("""
     import os, signal, sys
     sys.path.insert(0, {tests!r})
+    from dataclasses import replace
     import refspec.goldens as goldens
     from test_goldens_resume import CASES, SWEEP, case_kwargs
 
@@ -102,10 +104,10 @@ KILLER = textwrap.dedent("""
 
     w = goldens.GoldenWriter({path!r}, **SWEEP)
     for case_id, spec in CASES[:2]:
-        w.write_case(case_id, **case_kwargs(spec))
+        w.write_case(replace(case_kwargs(spec), case_id=case_id))
     kw = case_kwargs(CASES[2][1])
-    kw["inputs"] = {{**kw["inputs"], "sin": Kill()}}
-    w.write_case(CASES[2][0], **kw)
+    kw.inputs = {{**kw.inputs, "sin": Kill()}}
+    w.write_case(replace(kw, case_id=CASES[2][0]))
     print("not killed")
 """)
 
@@ -133,7 +135,7 @@ def test_resume_of_a_complete_file(tmp_path, reference):
         assert w.case_ids() == [c for c, _ in CASES]
     assert os.stat(path).st_mtime_ns == before and not (tmp_path / "g.h5.part").exists()
     with goldens.GoldenWriter(path, **SWEEP, resume=True) as w:
-        w.write_case("extra", **case_kwargs(dict(mode=0, dtype="float32", seed=99)))
+        w.write_case(replace(case_kwargs(dict(mode=0, dtype='float32', seed=99)), case_id='extra'))
     with goldens.open(path) as gf:
         assert gf.complete and gf.case_ids() == [c for c, _ in CASES] + ["extra"]
 
@@ -142,7 +144,7 @@ def test_resume_of_another_sweep_is_refused(tmp_path):
     path = tmp_path / "g.h5"
     with pytest.raises(RuntimeError):
         with goldens.GoldenWriter(path, **SWEEP) as w:
-            w.write_case(*CASES[0][:1], **case_kwargs(CASES[0][1]))
+            w.write_case(replace(case_kwargs(CASES[0][1]), case_id=CASES[0][0]))
             raise RuntimeError("stop")
     with h5py.File(tmp_path / "g.h5.part", "r+") as f:
         f.attrs["refspec_version"] = "0.0.1"

@@ -1,6 +1,7 @@
 """Golden store: writer -> reader round trips, metadata, lazy reads, reader errors."""
 
 import json
+from dataclasses import replace
 
 import h5py
 import ml_dtypes
@@ -9,6 +10,7 @@ import pytest
 
 import refspec
 import refspec.goldens as goldens
+from refspec.goldens.cases import CaseData
 from refspec.goldens.example import nrc_backward_case, rope_grad_case
 
 SWEEP = dict(sweep_name="unit", sweep_definition='name = "unit"\n', sweep_seed=7)
@@ -31,9 +33,13 @@ def all_bits(dtype, n=None, seed=0):
     return bits.view(dt).reshape(4, -1)
 
 
-def write_one(path, case_id="c/1", **kw):
-    with goldens.GoldenWriter(path, **SWEEP, **kw.pop("writer", {})) as w:
-        w.write_case(case_id, **kw)
+def write_one(path, case_id="c/1", data=None, writer=None, **kw):
+    """Write one case: ``data`` (a CaseData) under ``case_id``, or one of inputs ``kw``."""
+    data = (replace(data, case_id=case_id) if data is not None else
+            CaseData(case_id, kw.pop("op", "x"), kw.pop("params", {}), kw.pop("seed", 0),
+                     kw.pop("inputs"), **kw))
+    with goldens.GoldenWriter(path, **SWEEP, **(writer or {})) as w:
+        w.write_case(data)
     return path
 
 
@@ -47,8 +53,7 @@ def test_every_dtype_round_trips_bit_exact(tmp_path, compression):
     arrays = {name: all_bits(dt, 4000) for name, dt in
               (("bf16", ml_dtypes.bfloat16), ("f16", np.float16), ("f32", np.float32),
                ("f64", np.float64))}
-    path = write_one(tmp_path / "g.h5", op="rotary_position_embedding", params={}, seed=1,
-                     soc=None, distribution="special", inputs=arrays,
+    path = write_one(tmp_path / "g.h5", op="rope", seed=1, inputs=arrays,
                      writer=dict(compression=compression))
     with goldens.open(path) as gf:
         case = gf["c/1"]
@@ -61,16 +66,17 @@ def test_every_dtype_round_trips_bit_exact(tmp_path, compression):
             assert lazy.nbytes == a.nbytes
             assert lazy.attrs["dtype"] == refspec.spec.dtypes.dtype_name(a.dtype)
         raw = gf.h5["cases/c/1/inputs/bf16"]
-        assert raw.dtype == np.uint16 and raw.attrs["encoding"] == "bfloat16-bits"
-        assert raw.attrs["dtype"] == "bfloat16"
+        assert raw.dtype == np.uint16 and case.inputs["bf16"].attrs["encoding"] == "bfloat16-bits"
+        assert case.inputs["bf16"].attrs["dtype"] == "bfloat16"
+        assert not raw.attrs and not gf.h5["cases/c/1"].attrs    # metadata in the index only
         assert gf.h5["cases/c/1/inputs/f16"].dtype == np.float16        # stored natively
         assert (raw.compression or "none") == {"gzip": "gzip", "lzf": "lzf"}.get(compression, "none")
 
 
 def test_bfloat16_specials_decode_to_their_values(tmp_path):
     bits = np.array([0x7FC1, 0xFF80, 0x7F80, 0x0001, 0x8001, 0x0000, 0x8000, 0x3F80], np.uint16)
-    path = write_one(tmp_path / "g.h5", op="rotary_position_embedding", params={}, seed=1,
-                     soc=None, distribution="special", inputs={"x": bits.view(ml_dtypes.bfloat16)})
+    path = write_one(tmp_path / "g.h5", op="rope", seed=1,
+                     inputs={"x": bits.view(ml_dtypes.bfloat16)})
     with goldens.open(path) as gf:
         got = gf["c/1"].inputs["x"][:]
     wide = got.astype(np.float64)
@@ -82,21 +88,21 @@ def test_bfloat16_specials_decode_to_their_values(tmp_path):
 
 def test_rope_grad_case_metadata_and_values(tmp_path):
     kw = rope_grad_case(dtype="bfloat16", mode=1, seed=3)
-    path = write_one(tmp_path / "g.h5", case_id="rope_grad/mode=interleave/B2N4S16D32", **kw)
+    path = write_one(tmp_path / "g.h5", case_id="rope_grad/mode=interleave/B2N4S16D32", data=kw)
     with goldens.open(path) as gf:
-        assert gf.complete and gf.attrs["schema_version"] == 1
+        assert gf.complete and gf.attrs["schema_version"] == 2
         assert gf.attrs["sweep_name"] == "unit" and gf.attrs["sweep_seed"] == 7
         assert gf.attrs["sweep_definition"] == 'name = "unit"\n'
         assert gf.attrs["numpy_version"] == np.__version__
         assert gf.attrs["refspec_version"] == refspec.__version__
         assert gf.case_ids() == ["rope_grad/mode=interleave/B2N4S16D32"]
         case = gf["rope_grad/mode=interleave/B2N4S16D32"]
-        assert case.op == "rotary_position_embedding_grad" and case.seed == 3
-        assert case.params == json.loads(json.dumps(kw["params"]))
-        assert case.attrs["mode"] == 1 and case.attrs["layout"] == "BNSD"   # scalars as attrs
+        assert case.op == "rope_grad" and case.seed == 3
+        assert case.params == json.loads(json.dumps(kw.params))
+        assert case.params["mode"] == "interleave" and case.params["layout"] == "BNSD"
         assert case.soc == "" and case.distribution == "random"
         assert case.expected_error is None and case.expected_error_message is None
-        assert case.regenerate == kw["regenerate"]
+        assert case.regenerate == kw.regenerate
         assert case.input_names == ["dy", "cos", "sin", "x"]
         assert case.output_names == ["dx", "dcos", "dsin"]
         # the stored outputs are what the spec computes from the stored inputs
@@ -124,7 +130,7 @@ def test_rope_grad_case_metadata_and_values(tmp_path):
 
 def test_nrc_case_optional_inputs_absent_and_d_axes(tmp_path):
     kw = nrc_backward_case(dtype="float16", norm_type=2, norm_added_type=1, seed=5)
-    path = write_one(tmp_path / "g.h5", case_id="nrc_grad/a", **kw)
+    path = write_one(tmp_path / "g.h5", case_id="nrc_grad/a", data=kw)
     with goldens.open(path) as gf:
         case = gf["nrc_grad/a"]
         assert "norm_added_query_weight" not in case.inputs        # None -> absent
@@ -133,16 +139,16 @@ def test_nrc_case_optional_inputs_absent_and_d_axes(tmp_path):
         assert case.output_meta("grad_norm_query_weight")["axes"] == "D"
         assert case.output_meta("grad_norm_query_weight")["reduced_terms"] == 1 * 8 * 2
         assert case.output_meta("grad_value")["comparison_class"] == "copy"
-        for name, arr in kw["expected"].items():
+        for name, arr in kw.expected.items():
             assert np.array_equal(bits_of(case.expected[name][:]), bits_of(arr))
 
 
 def test_negative_case_has_inputs_only(tmp_path):
     kw = rope_grad_case(dtype="float32", seed=1)
     err = refspec.TilingError("dy: D=63 must be even [x]")
-    path = write_one(tmp_path / "g.h5", case_id="neg/odd-d", op=kw["op"], params=kw["params"],
-                     seed=1, soc="A2", distribution="random", inputs=kw["inputs"],
-                     expected_error=err, regenerate="r")
+    path = write_one(tmp_path / "g.h5", case_id="neg/odd-d", op=kw.op,
+                     params={**kw.params, "soc": "A2"}, seed=1, inputs=kw.inputs, error=err,
+                     regenerate="r")
     with goldens.open(path) as gf:
         case = gf["neg/odd-d"]
         assert case.is_negative and case.expected_error == 561002
@@ -157,8 +163,7 @@ def test_lazy_slices_blocks_and_asarray(tmp_path):
     rng = np.random.default_rng(0)
     a = rng.standard_normal((5, 7, 33, 400)).astype(np.float32)     # 1.8 MB: chunked
     b = a.astype(ml_dtypes.bfloat16)                                # 0.9 MB: one chunk, contiguous
-    path = write_one(tmp_path / "g.h5", op="x", params={}, seed=0, soc=None, distribution="r",
-                     inputs={"a": a, "b": b})
+    path = write_one(tmp_path / "g.h5", inputs={"a": a, "b": b})
     with goldens.open(path) as gf:
         la, lb = gf["c/1"].inputs["a"], gf["c/1"].inputs["b"]
         assert la.shape == a.shape and la.chunks is not None and len(la) == 5
@@ -191,8 +196,7 @@ def test_chunks_are_c_order_row_blocks():
 
 def test_empty_and_scalar_datasets(tmp_path):
     empty = np.zeros((1, 1, 1, 0), ml_dtypes.bfloat16)
-    path = write_one(tmp_path / "g.h5", op="x", params={}, seed=0, soc=None, distribution="r",
-                     inputs={"e": empty, "s": np.float32(2.5)})
+    path = write_one(tmp_path / "g.h5", inputs={"e": empty, "s": np.float32(2.5)})
     with goldens.open(path) as gf:
         c = gf["c/1"]
         assert c.inputs["e"].shape == (1, 1, 1, 0) and c.inputs["e"][:].dtype == ml_dtypes.bfloat16
@@ -211,10 +215,9 @@ def test_reader_errors(tmp_path):
         f["x"] = 1
     with pytest.raises(goldens.GoldenFileError, match="not a refspec golden file"):
         goldens.open(plain)
-    newer = write_one(tmp_path / "newer.h5", op="x", params={}, seed=0, soc=None,
-                      distribution="r", inputs={"a": np.zeros(2)})
+    newer = write_one(tmp_path / "newer.h5", inputs={"a": np.zeros(2)})
     with h5py.File(newer, "r+") as f:
-        f.attrs["schema_version"] = 2
+        f.attrs["schema_version"] = 3
     with pytest.raises(goldens.GoldenFileError, match="newer") as info:
         goldens.open(newer)
     assert isinstance(info.value, OSError) and str(newer) in str(info.value)
@@ -223,8 +226,7 @@ def test_reader_errors(tmp_path):
 
 
 def test_unknown_case_is_a_clear_key_error(tmp_path):
-    path = write_one(tmp_path / "g.h5", op="x", params={}, seed=0, soc=None, distribution="r",
-                     inputs={"a": np.zeros(2)})
+    path = write_one(tmp_path / "g.h5", inputs={"a": np.zeros(2)})
     with goldens.open(path) as gf:
         assert "c/1" in gf and "c/2" not in gf and len(gf) == 1
         with pytest.raises(KeyError) as info:
@@ -239,33 +241,31 @@ def test_writer_rejects_bad_cases(tmp_path):
     kw = rope_grad_case(seed=2)
     with goldens.GoldenWriter(tmp_path / "g.h5", **SWEEP) as w:
         with pytest.raises(ValueError, match="needs terms and axes"):
-            w.write_case("a", **{**kw, "axes": {}})
+            w.write_case(replace(kw, case_id='a', axes={}))
         with pytest.raises(ValueError, match="exact outputs"):
-            w.write_case("a", **{**kw, "exact": {}})
+            w.write_case(replace(kw, case_id='a', exact={}))
         with pytest.raises(ValueError, match="negative case has inputs only"):
-            w.write_case("a", **{**kw, "expected_error": refspec.TilingError("x")})
+            w.write_case(replace(kw, case_id='a', error=refspec.TilingError('x')))
         for bad in ("", "a//b", "a/../b", "/a", "a/inputs"):
             with pytest.raises(ValueError, match="case id"):
-                w.write_case(bad, **kw)
-        w.write_case("a/b", **kw)
+                w.write_case(replace(kw, case_id=bad))
+        w.write_case(replace(kw, case_id='a/b'))
         with pytest.raises(ValueError, match="already written"):
-            w.write_case("a/b", **kw)
+            w.write_case(replace(kw, case_id='a/b'))
         with pytest.raises(ValueError, match="would nest inside case"):
-            w.write_case("a/b/c", **kw)
-        w.write_case("a/c", **kw)          # the failed attempts left nothing behind in /index
+            w.write_case(replace(kw, case_id='a/b/c'))
+        w.write_case(replace(kw, case_id="a/c"))   # the failed attempts left nothing in /index
     with goldens.open(tmp_path / "g.h5") as gf:
         assert gf.case_ids() == ["a/b", "a/c"]
 
 
 def test_existing_output_needs_force_or_resume(tmp_path):
-    path = write_one(tmp_path / "g.h5", op="x", params={}, seed=0, soc=None, distribution="r",
-                     inputs={"a": np.zeros(2)})
+    path = write_one(tmp_path / "g.h5", inputs={"a": np.zeros(2)})
     with pytest.raises(goldens.GoldenFileExistsError, match="--force") as info:
         goldens.GoldenWriter(path, **SWEEP)
     assert isinstance(info.value, FileExistsError) and isinstance(info.value, OSError)
     with goldens.GoldenWriter(path, **SWEEP, force=True) as w:
-        w.write_case("other", op="x", params={}, seed=0, soc=None, distribution="r",
-                     inputs={"a": np.ones(3)})
+        w.write_case(CaseData('other', 'x', {}, 0, {'a': np.ones(3)}))
     with goldens.open(path) as gf:
         assert gf.case_ids() == ["other"]
     with pytest.raises(goldens.GoldenFileError, match="does not exist"):
@@ -274,14 +274,13 @@ def test_existing_output_needs_force_or_resume(tmp_path):
         goldens.GoldenWriter(tmp_path / "c.h5", **SWEEP, compression="zstd")
 
 
-@pytest.mark.parametrize("compression, shuffle, want", [
-    (None, None, "none"), ("gzip", None, "gzip:1+shuffle"), ("gzip:6", False, "gzip:6"),
-    ("lzf", None, "lzf"), ("lzf", True, "lzf+shuffle")])
-def test_compression_settings_are_applied_and_recorded(tmp_path, compression, shuffle, want):
-    writer = {} if compression is None else dict(compression=compression, shuffle=shuffle)
+@pytest.mark.parametrize("compression, want", [
+    (None, "none"), ("gzip", "gzip:1+shuffle"), ("gzip:6-shuffle", "gzip:6"),
+    ("lzf", "lzf"), ("lzf+shuffle", "lzf+shuffle"), ("gzip:1+shuffle", "gzip:1+shuffle")])
+def test_compression_settings_are_applied_and_recorded(tmp_path, compression, want):
+    writer = {} if compression is None else dict(compression=compression)
     a = np.arange(50_000, dtype=np.float32)
-    path = write_one(tmp_path / "g.h5", op="x", params={}, seed=0, soc=None, distribution="r",
-                     inputs={"a": a}, writer=writer)
+    path = write_one(tmp_path / "g.h5", inputs={"a": a}, writer=writer)
     with goldens.open(path) as gf:
         assert gf.attrs["compression"] == want
         lazy = gf["c/1"].inputs["a"]

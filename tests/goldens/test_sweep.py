@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 import hashlib
 import textwrap
 
 import pytest
 
-from refspec.goldens.sweep import (Constraint, ExprError, SweepError, case_seed, load_sweep,
-                           normalize_filter, parse_shard, parse_sweep, select_cases, shard)
+from refspec import ops
+from refspec.goldens.selection import filter_cases, normalize_filter, parse_shard, shard
+from refspec.goldens.sweep import Constraint, ExprError, SweepError, case_seed, load_sweep, parse_sweep
 
 BASE = """
 name = "t"
@@ -72,10 +74,10 @@ def test_params_are_canonical():
     s = sweep_of(BASE + ROPE_BLOCK)
     c = s.case("rope_grad/soc=A2/mode=interleave/layout=TND/cos=T1D/dtype=float32/x=0/dist=random/B2N8S128D64")
     p = c.params
-    assert (p["mode"], p["layout"], p["cos_pattern"], p["dtype"], p["x"], p["soc"]) == \
-        (1, "TND", "T1D", "float32", False, "A2")
+    assert (p["mode"], p["layout"], p["cos"], p["dtype"], p["x"], p["soc"]) == \
+        ("interleave", "TND", "T1D", "float32", False, "A2")
     assert (p["B"], p["N"], p["S"], p["D"], p["T"]) == (2, 8, 128, 64, 256)
-    assert c.function == "rotary_position_embedding_grad"
+    assert c.op == "rope_grad" and ops.get(c.op).attrs_of(p) == {"mode": 1}
 
 
 def test_axis_value_aliases_normalize():
@@ -125,7 +127,7 @@ only_half_with_x = "mode == 'half' and x"
 small_enough = "B * N <= 16 and T == 256 and max(B, N) < 10"
 """)
     cases = s.all_cases()
-    assert cases and all(c.params["mode"] == 0 and c.params["x"] for c in cases)
+    assert cases and all(c.params["mode"] == "half" and c.params["x"] for c in cases)
 
 
 def test_constraint_evaluator_semantics():
@@ -247,7 +249,7 @@ def test_tier_subsample_is_capped_covering_and_deterministic():
     everything = s.cases("all")
     quick = s.cases()
     assert len(everything) == 2 * 2 * 3 * 2 * 3 and len(quick) == 5
-    assert {c.params["mode"] for c in quick} == {0, 1}
+    assert {c.params["mode"] for c in quick} == {"half", "interleave"}
     assert {c.params["layout"] for c in quick} == {"BNSD", "TND"}
     assert {c.params["x"] for c in quick} == {True, False}
     assert [c.id for c in sweep_of(TIERED).cases()] == [c.id for c in quick]
@@ -298,12 +300,12 @@ def test_unknown_case_id():
 def test_filters_and_their_errors():
     s = sweep_of(BASE + ROPE_BLOCK)
     cases = s.all_cases()
-    bf = select_cases(cases, dtypes={normalize_filter("dtype", "bf16")},
+    bf = filter_cases(cases, dtypes={normalize_filter("dtype", "bf16")},
                       modes={normalize_filter("mode", "1")},
                       layouts={normalize_filter("layout", "tnd")})
-    assert bf and all(c.params["dtype"] == "bfloat16" and c.params["mode"] == 1
+    assert bf and all(c.params["dtype"] == "bfloat16" and c.params["mode"] == "interleave"
                       and c.params["layout"] == "TND" for c in bf)
-    assert select_cases(cases, ops={normalize_filter("op", "rotary_position_embedding")}) == []
+    assert filter_cases(cases, ops={normalize_filter("op", "rotary_position_embedding")}) == []
     for kind, value in (("dtype", "fp8"), ("mode", "spiral"), ("layout", "NCHW"), ("op", "gemm"),
                         ("soc", "910")):
         with pytest.raises(SweepError, match=f"--{kind}: unknown value"):

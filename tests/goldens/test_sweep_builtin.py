@@ -40,7 +40,7 @@ def test_smoke_covers_every_mode_layout_pattern_dtype_x_and_distribution(smoke):
     assert smoke.default_tier == "smoke" and 100 < len(cases) < 400
     positive = [c for c in cases if probe(c.params) is None]
     grads = [c.params for c in positive if c.op == "rope_grad"]
-    seen = {(p["soc"], p["mode_name"], p["layout"], p["cos_pattern"]) for p in grads}
+    seen = {(p["soc"], p["mode"], p["layout"], p["cos"]) for p in grads}
     for mode, layouts in A2_PATTERNS.items():
         for layout, patterns in layouts.items():
             for pat in patterns:
@@ -52,18 +52,18 @@ def test_smoke_covers_every_mode_layout_pattern_dtype_x_and_distribution(smoke):
                                                           "interleave-half"}
     for p_list in (grads, [c.params for c in positive if c.op == "rope"]):
         assert {p["dtype"] for p in p_list} >= {"float16", "bfloat16", "float32"}
-        assert {p["distribution"] for p in p_list} >= {"random", "rotary", "position-coded", "special"}
+        assert {p["dist"] for p in p_list} >= {"random", "rotary", "position-coded", "special"}
     assert {p["x"] for p in grads} == {True, False}
-    assert {p["distribution"] for p in grads} == {"random", "rotary", "vendor", "position-coded", "special"}
+    assert {p["dist"] for p in grads} == {"random", "rotary", "vendor", "position-coded", "special"}
 
 
 def test_smoke_has_all_54_norm_rope_concat_combinations(smoke):
     combos = {(c.params["norm_type"], c.params["norm_added_type"], c.params["rope_type"],
                c.params["concat_order"]) for c in smoke.cases() if c.op == "nrc_grad"
               and probe(c.params) is None}
-    assert combos == set(itertools.product((0, 1, 2), (0, 1, 2), (0, 1, 2), (0, 1)))
+    assert combos == set(itertools.product((0, 1, 2), (0, 1, 2), ("none", "interleave", "half"), (0, 1)))
     fwd = [c.params for c in smoke.cases() if c.op == "nrc" and probe(c.params) is None]
-    assert {p["is_training"] for p in fwd} == {True, False}
+    assert {p["training"] for p in fwd} == {True, False}
 
 
 def test_smoke_has_negative_cases_of_every_error_code_and_profile(smoke):
@@ -103,13 +103,13 @@ def test_standard_has_the_edge_shapes(standard):
     assert any(p["D"] == 1024 and p["soc"] == "950" for p in accepted)
     assert any(p["S"] == 1 for p in accepted) and any(p["B"] == 1 for p in accepted)
     assert any(p["layout"] == "TND" and p["B"] * p["S"] == 1 for p in accepted)
-    bn = {(p["mode_name"], p["x"], p["B"] * p["N"], probe(p) is None) for p in rg if p["soc"] == "A2"}
+    bn = {(p["mode"], p["x"], p["B"] * p["N"], probe(p) is None) for p in rg if p["soc"] == "A2"}
     assert ("half", True, 1024, True) in bn and ("half", True, 1025, False) in bn
     assert ("interleave", True, 999, True) in bn and ("interleave", True, 1000, False) in bn
     assert any(p["D"] == 896 and p["soc"] == "A2" and probe(p) is not None for p in rg)
     nrc = [c.params for c in cases if c.op == "nrc_grad" and probe(c.params) is None]
     assert any(p["Sr"] == 1 for p in nrc)
-    assert any(p["rope_type"] and p["Sr"] == min(p["Sq"] + p["Seq"], p["Sk"] + p["Sek"]) for p in nrc)
+    assert any(p["rope_type"] != "none" and p["Sr"] == min(p["Sq"] + p["Seq"], p["Sk"] + p["Sek"]) for p in nrc)
     assert any(p["Seq"] == 0 and p["Sek"] == 0 for p in nrc)
     assert any(p["D"] == 1024 for p in nrc)
     combos = {(p["norm_type"], p["norm_added_type"], p["rope_type"], p["concat_order"], p["dtype"])

@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import implementations  # noqa: E402  (tests/implementations.py)
 
 from refspec import ops  # noqa: E402
+from refspec.ops.record import Call  # noqa: E402
 
 
 class NumpyFloat32:
@@ -27,7 +28,7 @@ class NumpyFloat32:
 
     def _checked(self, op: str, inputs: dict, attrs: dict, soc):
         if self.bug != "missing_rejection":
-            ops.get(op).check(inputs, attrs, soc)
+            ops.get(op).generation.check(Call(inputs, attrs, soc))
         record = ops.get(op)
         return implementations.run(record.function, attrs, inputs,
                                    None if self.bug == "missing_rejection" else self.bug)

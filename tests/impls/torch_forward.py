@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from refspec import ops
+from refspec.ops.record import Call
 
 _NUMPY = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64,
           torch.bfloat16: ml_dtypes.bfloat16}
@@ -30,7 +31,7 @@ def _check(op: str, tensors: dict, attrs: dict, soc) -> None:
     arrays = {k: None if t is None else np.broadcast_to(np.zeros((), _NUMPY.get(t.dtype, np.int8)),
                                                         tuple(t.shape))
               for k, t in tensors.items()}
-    ops.get(op).check(arrays, attrs, soc)
+    ops.get(op).generation.check(Call(arrays, attrs, soc))
 
 
 def _work(t: torch.Tensor) -> torch.Tensor:

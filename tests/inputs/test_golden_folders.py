@@ -112,7 +112,7 @@ def test_minimal_npy_folder_gives_the_spec_outputs_and_judges_a_float32_kernel(r
         (cid,) = gf.case_ids()
         case = gf[cid]
         assert cid == "rope_grad/case_17"
-        assert case.params["layout"] == "BSND" and case.params["cos_pattern"] == "1S1D"
+        assert case.params["layout"] == "BSND" and case.params["cos"] == "1S1D"
         assert case.params["dtype"] == "bfloat16" and case.soc == "A2" and case.expected_error is None
         for name, w in zip(("dx", "dcos", "dsin"), want):
             np.testing.assert_array_equal(case.exact[name][()], w)
@@ -227,7 +227,10 @@ def test_every_malformed_folder_is_one_clear_error(rng, tmp_path):
     _reject(d, 'no "attributes"', "mode")
     d, _, _ = fresh("bad_attr", doc=dict(operator="rope_grad", soc="A2", attributes={"mdoe": 0}))
     _reject(d, "attribute 'mdoe'", "(mode)")
-    d, _, _ = fresh("str_attr", doc=dict(operator="rope_grad", soc="A2", attributes={"mode": "0"}))
+    d, _, _ = fresh("str_attr", doc=dict(operator="rope_grad", soc="A2",
+                                         attributes={"mode": "spiral"}))
+    _reject(d, "attribute mode", "'spiral'", "allowed: half, interleave")
+    d, _, _ = fresh("list_attr", doc=dict(operator="rope_grad", soc="A2", attributes={"mode": [0]}))
     _reject(d, "attribute 'mode'", "must be a number")
     d, _, _ = fresh("extra", doc=dict(operator="rope_grad", soc="A2", attributes={}, shapes={}))
     _reject(d, "unknown field(s) shapes")
@@ -288,7 +291,7 @@ def test_every_malformed_folder_is_one_clear_error(rng, tmp_path):
 def test_an_exported_file_that_changed_or_a_wrong_claim_is_an_error(smoke_golden, tmp_path):
     with goldens.open(smoke_golden) as gf:
         pos = next(c for c in gf.case_ids() if gf[c].expected_error is None
-                   and gf[c].op == "rotary_position_embedding_grad")
+                   and gf[c].op == "rope_grad")
     (d,) = export_cases(smoke_golden, tmp_path / "e", [pos], fmt="bin")
     doc = json.load(open(os.path.join(d, "case.json")))
     raw = bytearray(open(os.path.join(d, "dy.bin"), "rb").read())

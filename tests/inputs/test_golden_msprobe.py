@@ -110,7 +110,7 @@ def test_each_mapped_call_is_a_case_computed_by_the_spec_on_the_dumped_inputs(tm
     with goldens.open(tmp_path / "g.h5") as gf:
         for call, t in made.items():
             case = gf[f"rope_grad/msprobe/step0/rank0/{api}.{call}"]
-            assert case.params["mode"] == 0 and case.params["layout"] == "BSND"
+            assert case.params["mode"] == "half" and case.params["layout"] == "BSND"
             assert case.params["dump"]["backward"] == f"{api}.{call}.backward"
             assert case.params["dump"]["outputs"] == {"dx": "backward.output.0",
                                                       "dcos": "backward.output.1",
@@ -133,12 +133,13 @@ def test_normropeconcat_backward_takes_the_statistics_of_its_forward_record(tmp_
     (tmp_path / "map.toml").write_text(nrc_map("A2"))
     cases = {c.op.id: c for c in describe_dump(tmp_path / "dump", tmp_path / "map.toml")}
     bwd = cases["nrc_grad"]
-    assert bwd.attrs == dict(norm_type=2, norm_added_type=1, rope_type=2, concat_order=0)
+    assert bwd.op.attrs_of(bwd.params) == dict(norm_type=2, norm_added_type=1, rope_type=2,
+                                               concat_order=0)
     inputs = bwd.load()
     for name in ("norm_query_mean", "norm_added_key_rstd", "grad_key_output", "rope_cos"):
         assert inputs[name].tobytes() == t[name].tobytes(), name
     assert "norm_added_query_weight" in inputs        # mapped; the spec ignores it for type 1
-    assert cases["nrc"].attrs["is_training"] is True
+    assert cases["nrc"].params["training"] is True
 
 
 # --- one clear error for each malformed dump or mapping ---------------------------------------
@@ -271,8 +272,8 @@ def test_a_json_mapping_file_reads_the_same_and_pt_files_need_torch(tmp_path, rn
     import tomllib
     dump, mapping, _ = dump_with_map(tmp_path, rng, "pytorch" if _has_torch() else "mindspore")
     (tmp_path / "map.json").write_text(json.dumps(tomllib.loads(mapping.read_text())))
-    from_toml = [(c.case_id, c.attrs) for c in describe_dump(dump, mapping)]
-    assert [(c.case_id, c.attrs) for c in describe_dump(dump, tmp_path / "map.json")] == from_toml
+    from_toml = [(c.case_id, c.params) for c in describe_dump(dump, mapping)]
+    assert [(c.case_id, c.params) for c in describe_dump(dump, tmp_path / "map.json")] == from_toml
     if _has_torch():
         monkeypatch.setitem(sys.modules, "torch", None)        # as if PyTorch were not installed
         with pytest.raises(InputError, match=r"\.pt tensor files need PyTorch, which is not "

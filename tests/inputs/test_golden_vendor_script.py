@@ -30,9 +30,10 @@ if not os.path.isfile(os.path.join(VENDOR, "gen_data.py")):
 torch = pytest.importorskip("torch")
 
 from refspec import ops                                                       # noqa: E402
+from refspec.ops.record import Call                                           # noqa: E402
 from refspec.comparator import compare                                        # noqa: E402
 from refspec.comparator.memory_case import MemoryCase                         # noqa: E402
-from refspec.goldens.cases import compute_case                                # noqa: E402
+from refspec.goldens.cases import CaseData, compute_case                      # noqa: E402
 from refspec.inputs.vendor_ut import describe_vendor_ut                      # noqa: E402
 from refspec.spec.dtypes import round_to                                      # noqa: E402
 from refspec.spec.nrc_checks import STREAMS                                   # noqa: E402
@@ -148,14 +149,15 @@ def ulp(x, dtype) -> np.ndarray:
 def measure(args: str, folder, dtype: str) -> dict:
     case = describe_vendor_ut(folder, args)
     inputs = case.load()
-    data = compute_case(case.op, case.case_id, case.params, 0, inputs, case.attrs)
-    with64 = OP.call(float64_statistics(inputs), case.attrs, None, out_dtype=np.float64)
-    auto = autograd64(inputs, case.attrs)
+    data = compute_case(case.op, case.case_id, case.params, 0, inputs)
+    attrs = OP.attrs_of(case.params)
+    with64 = OP.call(Call(float64_statistics(inputs), attrs), out_dtype=np.float64)
+    auto = autograd64(inputs, attrs)
     dt = DTYPES[dtype]
     golden = {n: np.fromfile(os.path.join(folder, OP.golden_file(n)), dt).reshape(v.shape)
               for n, v in data.exact.items()}
-    memory = MemoryCase(case.case_id, OP.function, case.params, inputs, data.expected,
-                        data.exact, data.terms, data.axes, soc="A2")
+    memory = MemoryCase(CaseData(case.case_id, OP.id, {**case.params, "soc": "A2"}, 0, inputs,
+                                 data.expected, data.exact, data.terms, data.axes))
 
     def rel(a, b, names):
         return max(float(np.abs(a[n] - b[n]).max() / max(np.abs(b[n]).max(), 1e-300))
@@ -221,10 +223,10 @@ def test_16bit_rope_without_norm_rounds_each_branch_and_their_sum(runs):
     for args, r in runs.items():
         if not (_rope_without_norm(r) and r["dtype"] != "float32"):
             continue
-        dt, inputs, attrs = DTYPES[r["dtype"]], r["inputs"], r["case"].attrs
-        cos_only = OP.call({**inputs, "rope_sin": np.zeros_like(inputs["rope_sin"])}, attrs,
+        dt, inputs, attrs = DTYPES[r["dtype"]], r["inputs"], OP.attrs_of(r["case"].params)
+        cos_only = OP.call(Call({**inputs, "rope_sin": np.zeros_like(inputs["rope_sin"])}, attrs),
                            out_dtype=np.float64)
-        sin_only = OP.call({**inputs, "rope_cos": np.zeros_like(inputs["rope_cos"])}, attrs,
+        sin_only = OP.call(Call({**inputs, "rope_cos": np.zeros_like(inputs["rope_cos"])}, attrs),
                            out_dtype=np.float64)
         B, N, D, Sq, Sk, Seq, Sek, Sr = r["shape"]
         first = {"query": (0, Seq), "key": (0, Sek), "encoder_query": (Sq, 0),
@@ -282,7 +284,7 @@ def test_a_rope_table_longer_than_the_shorter_sequence_crashes_the_script(tmp_pa
         run_gen_data(args, tmp_path)
     assert not list(tmp_path.glob("golden_*.bin"))
     case = describe_vendor_ut(tmp_path, args)                  # its inputs are written
-    data = compute_case(case.op, case.case_id, case.params, 0, case.load(), case.attrs)
+    data = compute_case(case.op, case.case_id, case.params, 0, case.load())
     assert data.error is not None and data.error.code == 561002 and "Sr=7" in str(data.error)
 
 
@@ -312,7 +314,7 @@ def _kernel_files(r, spoil=None):
         if name == spoil:
             value = (value.astype(np.float64) + 100).astype(value.dtype)
         (value.view(np.uint16) if value.dtype == BF16 else value).tofile(
-            os.path.join(r["folder"], OP.output_file(name)))
+            os.path.join(r["folder"], OP.tensor_file(name)))
 
 
 def test_compare_data_crashes_for_norm_type_2_and_bfloat16_and_judges_by_the_sixth_output(runs,

@@ -51,7 +51,7 @@ def write_ut_folder(d, rng, B=1, N=2, D=16, Sq=5, Sk=4, Seq=3, Sek=2, Sr=6, dtyp
     named = {}
     for name, a in t.items():
         a = np.ascontiguousarray(a)
-        (a.view(np.uint16) if a.dtype == BF16 else a).tofile(d / op.input_file(op.python_name(name)))
+        (a.view(np.uint16) if a.dtype == BF16 else a).tofile(d / op.tensor_file(op.python_name(name)))
         named[op.python_name(name)] = a
     return ut_args(B, N, D, Sq, Sk, Seq, Sek, Sr, dtype, nt, nat, rt, co), named
 
@@ -95,7 +95,7 @@ def test_ut_data_is_read_as_the_case_of_its_arguments(rng, tmp_path, dtype, attr
         for name, value in out.items():
             value = np.ascontiguousarray(value)
             (value.view(np.uint16) if value.dtype == BF16 else value).tofile(
-                tmp_path / "ut" / op.output_file(name))
+                tmp_path / "ut" / op.tensor_file(name))
         report = compare(tmp_path / "g.h5", tmp_path / "ut")
         if bug is None:
             assert report.passed, str(report)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import implementations as impl
+from implementations import attrs_of
 from refspec.comparator import compare
 from case_grids import nrc_cases, rope_cases
 
@@ -61,8 +62,8 @@ def nrc_grid():
 
 
 def _check_bug(cases, bug):
-    ok = {c.case_id: impl.run(c.op, c.params, c.inputs) for c in cases}
-    broken = {c.case_id: impl.run(c.op, c.params, c.inputs, bug) for c in cases}
+    ok = {c.case_id: impl.run(c.op, attrs_of(c), c.inputs) for c in cases}
+    broken = {c.case_id: impl.run(c.op, attrs_of(c), c.inputs, bug) for c in cases}
     report = compare(cases, broken)
     by_case = {}
     for r in report.results:
@@ -102,9 +103,9 @@ def test_rope_forward_bug_is_caught(bug):
 
 def test_failing_message_names_a_wrong_element(rope_grid):
     """The message of a caught bug names an element whose value really is wrong."""
-    case = next(c for c in rope_grid if c.params["mode"] == 0 and c.params["dtype"] == "float32"
+    case = next(c for c in rope_grid if c.params["mode"] == "half" and c.params["dtype"] == "float32"
                 and c.params["layout"] == "BNSD")
-    broken = impl.run(case.op, case.params, case.inputs, "lost_minus")
+    broken = impl.run(case.op, attrs_of(case), case.inputs, "lost_minus")
     r = next(r for r in compare(case, broken).results if r.output == "dx")
     assert not r.passed
     worst = r.metrics.worst[0]

@@ -47,15 +47,15 @@ def test_aclnn_names_are_camel_case_and_invertible():
 
 def test_vendor_file_names():
     op = ops.get("norm_rope_concat_backward")
-    assert [op.input_file(n) for n in ("grad_query_output", "query", "norm_query_mean",
+    assert [op.tensor_file(n) for n in ("grad_query_output", "query", "norm_query_mean",
                                        "rope_sin")] == \
         ["gradQueryOutput.bin", "query.bin", "normQueryMean.bin", "ropeSin.bin"]
     assert op.golden_file("grad_query") == "golden_gradQuery.bin"
     assert op.golden_file("grad_norm_query_weight") == "golden_gradNormQueryWeight.bin"
-    assert op.output_file("grad_query", "npy") == "gradQuery.npy"
+    assert op.tensor_file("grad_query", "npy") == "gradQuery.npy"
     rg = ops.get("rotary_position_embedding_grad")
-    assert [rg.input_file(n) for n in ("dy", "cos", "sin", "x")] == ["dy.bin", "cos.bin", "sin.bin", "x.bin"]
-    assert rg.golden_file("dcos") == "golden_dcos.bin" and rg.output_file("dx") == "dx.bin"
+    assert [rg.tensor_file(n) for n in ("dy", "cos", "sin", "x")] == ["dy.bin", "cos.bin", "sin.bin", "x.bin"]
+    assert rg.golden_file("dcos") == "golden_dcos.bin" and rg.tensor_file("dx") == "dx.bin"
     assert rg.python_name("xOptional") == "x" and rg.python_name("dxOut") == "dx"
     assert rg.file_stems("dx") == ["dx", "dxOut"]
     with pytest.raises(KeyError, match="unknown tensor name"):

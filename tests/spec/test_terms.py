@@ -62,7 +62,13 @@ def test_rope_terms_without_x_and_forward(rng):
     dy = rng.standard_normal((2, 3, 4, D))
     cos = rng.standard_normal((1, 1, 4, D))
     assert set(rope_grad_terms(dy, cos, cos, None, 1)) == {"dx"}
-    assert rope_terms(dy, cos, cos, 3) == {"y": (ELEMENTWISE, None, None)}
+    (y_terms,) = rope_terms(dy, cos, cos, 3).values()
+    assert y_terms[:2] == (ELEMENTWISE, None)            # float64: S for the evaluation bound
+    y = refspec.rotary_position_embedding(dy, cos, cos, 3, out_dtype=F64)
+    assert y_terms.sum_abs.shape == dy.shape and np.all(np.abs(y) <= y_terms.sum_abs)
+    (half,) = rope_terms(dy.astype(np.float16), cos.astype(np.float16), cos.astype(np.float16),
+                         3).values()
+    assert half == (ELEMENTWISE, None, None)             # 16-bit: the rounding gate needs none
 
 
 def nrc_case(rng, attrs_tuple, dtype=F64, positive=False):

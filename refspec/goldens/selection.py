@@ -1,0 +1,128 @@
+"""Choosing cases (docs/sweeps.md, "Selecting"; docs/compare.md): the command line's filters
+over a sweep's cases (``--op``, ``--soc``, ``--dtype``, ``--mode``, ``--layout``), shards of a
+selection (``--shard K/N``), and the cases of a golden file named by ids or shell patterns
+(``--case``) and operators.
+
+A filter other than ``--op`` names an axis: it matches the cases of the operators that have an
+axis answering it (``--mode`` is RoPE's ``mode`` and NormRopeConcat's ``rope_type``, which the
+records say) and reads its values with that axis's own parser.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+
+from .. import ops
+from ..ops.axes import env_value
+from .constraints import SweepError
+from .format import UnknownCaseError
+
+__all__ = ["FILTERS", "normalize_filter", "filter_cases", "parse_shard", "shard", "match_ids",
+           "select_ids", "operator_ids"]
+
+#: the filters of ``refspec list`` / ``generate`` besides ``--op``
+FILTERS = ("soc", "dtype", "mode", "layout")
+
+
+def _answering(kind: str) -> list:
+    """The axes of every registered operator that a ``--<kind>`` filter matches."""
+    return [a for op in ops.OPERATORS.values() for a in op.sweep.axes if a.answers(kind)]
+
+
+def normalize_filter(kind: str, value: str):
+    """A ``--op``/``--soc``/``--dtype``/``--mode``/``--layout`` value in canonical form (an
+    operator's id; an axis's value), or SweepError naming what is allowed."""
+    if kind == "op":
+        v = str(value).strip()
+        op = ops.find(v)
+        if op is None or v not in (op.id, op.function):
+            raise SweepError(f"--op: unknown value {value!r}; allowed: {', '.join(ops.ids())}")
+        return op.id
+    allowed = []
+    for axis in _answering(kind):
+        try:
+            return axis.parse(value)
+        except ValueError:
+            allowed += [str(env_value(v)) for v in axis.values if str(env_value(v)) not in allowed]
+    raise SweepError(f"--{kind}: unknown value {value!r}; allowed: {', '.join(allowed)}")
+
+
+def _matches(case, kind: str, values) -> bool:
+    axis = next((a for a in ops.get(case.op).sweep.axes if a.answers(kind)), None)
+    return axis is not None and case.params.get(axis.name) in values
+
+
+def filter_cases(cases, *, ops=(), **filters) -> list:
+    """Cases matching every given filter: ``ops`` (record ids) and ``filters`` by kind
+    (``socs``, ``dtypes``, ``modes``, ``layouts``), each a collection of canonical values
+    (empty = any). A case whose operator has no axis answering a given filter does not match
+    it (``--layout`` keeps RoPE cases only)."""
+    given = {kind[:-1]: set(v) for kind, v in filters.items() if v}
+    return [c for c in cases if (not ops or c.op in ops)
+            and all(_matches(c, kind, values) for kind, values in given.items())]
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'K/N' with 1 <= K <= N."""
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(text))
+    if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+        raise SweepError(f"--shard {text!r}: must be K/N with 1 <= K <= N, e.g. 2/8")
+    return int(m.group(1)), int(m.group(2))
+
+
+def shard(cases, k: int, n: int) -> list:
+    """Shard K of N: the cases whose index (0-based, in the selected list) mod N == K-1."""
+    return [c for i, c in enumerate(cases) if i % n == k - 1]
+
+
+def match_ids(gf, selectors=None) -> list[str]:
+    """Case ids of a golden file for ``--case`` values: exact ids, or shell patterns
+    (``rope_grad/mode=half/*``); all cases when none are given. Unknown ids and patterns
+    matching nothing are errors (UnknownCaseError)."""
+    ids = gf.case_ids()
+    if not selectors:
+        return ids
+    chosen, seen = [], set()
+    for sel in selectors:
+        if any(c in sel for c in "*?["):
+            matched = [c for c in ids if fnmatch.fnmatchcase(c, sel)]
+            if not matched:
+                raise UnknownCaseError(f"no case of {gf.path} matches {sel!r}")
+        elif sel in gf:
+            matched = [sel]
+        else:
+            raise UnknownCaseError(f"case {sel!r} is not in {gf.path} ({len(ids)} cases; "
+                                   f"`refspec show {gf.path} --ids` lists them)")
+        for c in matched:
+            if c not in seen:
+                seen.add(c)
+                chosen.append(c)
+    return chosen
+
+
+def operator_ids(operators) -> set | None:
+    """The record ids of ``operators`` (ids, spec function or aclnn names); None for none.
+    ValueError names an unknown one."""
+    if not operators:
+        return None
+    if isinstance(operators, str):
+        operators = [operators]
+    found = set()
+    for name in operators:
+        record = ops.find(name)
+        if record is None:
+            raise ValueError(f"unknown operator {name!r}; allowed: {', '.join(ops.ids())}")
+        found.add(record.id)
+    return found
+
+
+def select_ids(gf, selectors=None, operators=None) -> list[str]:
+    """The case ids of a golden file that ``selectors`` (ids or shell patterns) and
+    ``operators`` choose, in file order."""
+    ids = match_ids(gf, selectors)
+    wanted = operator_ids(operators)
+    if wanted is None:
+        return ids
+    op_of = {r.case_id: r.op for r in gf.summary()}
+    return [i for i in ids if op_of.get(i) in wanted]
