@@ -16,12 +16,14 @@ from .nrc import (NormRopeConcatGrads, NormRopeConcatOutputs, norm_rope_concat,
                   norm_rope_concat_backward)
 from .reduce import sum_to_shape, tree_sum
 from .rope import rotary_position_embedding, rotary_position_embedding_grad
+from .rope_cache import RopeWithSinCosCacheOutputs, rope_with_sin_cos_cache
 
 __all__ = [
     "rotary_position_embedding", "rotary_position_embedding_grad",
     "norm_rope_concat", "norm_rope_concat_backward",
     "NormRopeConcatOutputs", "NormRopeConcatGrads",
     "apply_rotary_pos_emb", "apply_rotary_pos_emb_v2", "ApplyRotaryPosEmbOutputs",
+    "rope_with_sin_cos_cache", "RopeWithSinCosCacheOutputs",
     "AclnnError", "ParamNullptrError", "ParamInvalidError", "InferShapeError", "TilingError",
     "InnerNullptrError",
     "RopeMode", "NormType", "RopeType", "ConcatOrder", "SOCS",
