@@ -10,6 +10,7 @@ from .dtypes import bfloat16, round_to
 from .enums import SOCS, ConcatOrder, NormType, RopeMode, RopeType
 from .errors import (AclnnError, InferShapeError, InnerNullptrError, ParamInvalidError,
                      ParamNullptrError, TilingError)
+from .irope import interleave_rope
 from .layouts import LAYOUTS, LayoutInference, cos_pattern, from_layout, infer_layout, to_layout
 from .negmask import Half, Interleave, negMask
 from .nrc import (NormRopeConcatGrads, NormRopeConcatOutputs, norm_rope_concat,
@@ -24,6 +25,7 @@ __all__ = [
     "NormRopeConcatOutputs", "NormRopeConcatGrads",
     "apply_rotary_pos_emb", "apply_rotary_pos_emb_v2", "ApplyRotaryPosEmbOutputs",
     "rope_with_sin_cos_cache", "RopeWithSinCosCacheOutputs",
+    "interleave_rope",
     "AclnnError", "ParamNullptrError", "ParamInvalidError", "InferShapeError", "TilingError",
     "InnerNullptrError",
     "RopeMode", "NormType", "RopeType", "ConcatOrder", "SOCS",

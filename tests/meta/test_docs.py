@@ -33,7 +33,8 @@ def _quoted_lines(page):
 
 
 ROWS = (_quoted_lines("rope.md") + _quoted_lines("norm_rope_concat.md")
-        + _quoted_lines("apply_rotary_pos_emb.md") + _quoted_lines("rope_with_sin_cos_cache.md"))
+        + _quoted_lines("apply_rotary_pos_emb.md") + _quoted_lines("rope_with_sin_cos_cache.md")
+        + _quoted_lines("interleave_rope.md"))
 
 
 def test_pages_quote_code():
