@@ -23,7 +23,7 @@ from math import prod
 
 import numpy as np
 
-from .dtypes import to_float64
+from .dtypes import round_to, to_float64
 from .reduce import broadcast_dims, sum_to_shape
 
 __all__ = ["BLOCK_ELEMENTS", "Plan", "plan", "Reduction", "by_blocks"]
@@ -155,14 +155,20 @@ def table_index(index: tuple, dims: tuple) -> tuple:
     return tuple(slice(0, 1) if a in dims else s for a, s in enumerate(index))
 
 
-def by_blocks(formula, primary, tables, extra=None, reduced=(False,), target: int = BLOCK_ELEMENTS):
+def by_blocks(formula, primary, tables, extra=None, reduced=(False,), target: int = BLOCK_ELEMENTS,
+              dtypes=None):
     """``formula(primary, *tables[, extra])`` on float64 blocks, bit for bit the same as on the
     whole arrays.
 
     ``primary`` and ``extra`` (None or an array of primary's shape) have the full shape,
     ``tables`` (cos, sin) the broadcast shape; the formula returns one output or a tuple, whose
     entries have the full shape (``reduced[i]`` False), or the tables' shape as sums over the
-    broadcast axes (True), or are None. Returns the float64 outputs as a tuple.
+    broadcast axes (True), or are None. Returns the outputs as a tuple (float64 unless
+    ``dtypes`` says otherwise).
+
+    ``dtypes`` (one per output, full-shape outputs only) rounds each block's values once with
+    ``round_to`` into an output of that dtype: rounding is elementwise, so these are the bits of
+    the whole float64 result rounded, without holding that result in memory.
     """
     full = tuple(primary.shape)
     dims = broadcast_dims(full, tuple(tables[0].shape))
@@ -177,13 +183,14 @@ def by_blocks(formula, primary, tables, extra=None, reduced=(False,), target: in
         res = formula(*args)
         res = res if isinstance(res, tuple) else (res,)
         if outs is None:
-            outs = [None if r is None else (Reduction(p) if red else np.empty(full))
-                    for r, red in zip(res, reduced)]
+            kinds = (np.float64,) * len(res) if dtypes is None else dtypes
+            outs = [None if r is None else (Reduction(p) if red else np.empty(full, dt))
+                    for r, red, dt in zip(res, reduced, kinds)]
         for o, r, red in zip(outs, res, reduced):
             if o is None:
                 continue
             if red:
                 o.put(index, r)
             else:
-                o[index] = r
+                o[index] = r if dtypes is None else round_to(r, o.dtype)
     return tuple(o.result() if isinstance(o, Reduction) else o for o in outs)

@@ -35,7 +35,8 @@ def test_the_torch_npu_module_of_the_docs_runs(tmp_path):
     module = re.search(r"```python\n(# my_npu_rope\.py\n.*?)```", text, flags=re.S).group(1)
     (tmp_path / "my_npu_rope.py").write_text(module)
     (tmp_path / "torch_npu.py").write_text(STAND_IN)
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    path = filter(None, (str(tmp_path), os.environ.get("PYTHONPATH")))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
 
     def refspec(*args):
         return subprocess.run([sys.executable, "-m", "refspec", *args], capture_output=True,

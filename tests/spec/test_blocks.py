@@ -233,3 +233,17 @@ def test_nrc_terms_by_row_blocks_equal_the_whole_array_terms(rng, rt):
     s_dx = np.abs(w[rstd]) * (gw + gw.mean(axis=-1, keepdims=True)
                               + abs_xhat * (gw * abs_xhat).mean(axis=-1, keepdims=True))
     assert np.array_equal(bits(terms["grad_query"].sum_abs), bits(np.ascontiguousarray(s_dx)))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, refspec.bfloat16, np.float32, np.float64])
+def test_blocks_rounded_to_a_dtype_equal_the_whole_result_rounded(rng, dtype):
+    """``dtypes``: each block rounded once into the output gives the bits of the whole float64
+    result rounded with ``round_to`` (ties and overflow included: the values span float16's range)."""
+    full, cshape = (6, 5, 4, 8), (6, 1, 4, 8)
+    x, cos, sin = nasty(rng, full), nasty(rng, cshape), nasty(rng, cshape)
+    for mode in (0, 1, 2, 3):
+        whole, = blocks.by_blocks(ROPE_FORWARD[mode], x, (cos, sin))
+        for target in (1, 13, blocks.BLOCK_ELEMENTS):
+            got, = blocks.by_blocks(ROPE_FORWARD[mode], x, (cos, sin), target=target, dtypes=(dtype,))
+            assert got.dtype == dtype
+            assert np.array_equal(bits(got), bits(refspec.round_to(whole, dtype))), (mode, target)
