@@ -28,7 +28,8 @@ else:  # pragma: no cover
 from .. import ops
 from ..spec.dtypes import dtype_name
 from ..spec.errors import one_line
-from .msprobe_dump import FIELDS, STAGES, Dump, DumpError, DumpTensor, open_dumps
+from .msprobe_dump import (FIELDS, STAGES, Dump, DumpError, DumpTensor, open_dumps,
+                           what_records)
 from .user_cases import InputError, UserCase
 
 __all__ = ["ApiMap", "DumpMap", "load_map", "parse_ref", "describe_dump", "dump_entries"]
@@ -186,10 +187,12 @@ def _ref_text(ref) -> str:
 
 def _check_pair(dump: Dump, forward: str, backward: str) -> None:
     """The backward record must be this call's: the gradient of each forward output has that
-    output's shape, the gradient of each forward input that input's shape."""
+    output's shape, the gradient of each forward input that input's shape (a module's
+    gradients placed by ``Dump.entries``)."""
     for bfield, ffield in (("input", "output"), ("output", "input_args")):
-        grads = dump.record(backward).get(bfield)
-        values = dump.record(forward).get(ffield)
+        if bfield not in dump.record(backward) or ffield not in dump.record(forward):
+            continue
+        grads, values = dump.entries(backward, bfield), dump.entries(forward, ffield)
         if not isinstance(grads, list) or not isinstance(values, list):
             continue
         for i, (g, v) in enumerate(zip(grads, values)):
@@ -243,8 +246,8 @@ def _call_case(m: ApiMap, dump: Dump, api: str, call: int, records: dict, source
     attrs = op.complete_attrs(attrs)
     primary = tensors.get(op.inputs[0].name) or next(iter(tensors.values()))
     described = op.describe_shapes(tensors, attrs, m.soc)
-    label = "" if dump.label == "." else dump.label
-    info = {"path": dump.label, "step": dump.step, "rank": dump.rank, "api": api, "call": call,
+    label = "" if dump.name == "." else dump.name
+    info = {"path": dump.name, "step": dump.step, "rank": dump.rank, "api": api, "call": call,
             **{stage: records.get(stage) for stage in STAGES},
             "inputs": {k: _ref_text(v) for k, v in m.inputs.items()},
             "outputs": {k: _ref_text(v) for k, v in m.outputs.items()}}
@@ -274,7 +277,8 @@ def describe_dump(dump_path, mapping) -> list[UserCase]:
               and (m.rank is None or d.rank == m.rank)]
     if not chosen:
         raise InputError(f"{dump_path}: no dump for step={m.step} rank={m.rank} (found: "
-                         + ", ".join(d.label for d in dumps) + f"); see step and rank in {m.path}")
+                         + ", ".join(d.described for d in dumps)
+                         + f"); see step and rank in {m.path}")
     source = (f"refspec golden --msprobe {shlex.quote(os.fspath(dump_path))} "
               f"--map {shlex.quote(m.path)} -o OUT.h5")
     cases = []
@@ -299,10 +303,8 @@ def describe_dump(dump_path, mapping) -> list[UserCase]:
                         raise InputError(f"{exc} (read for {am.where})") from None
                     hits += 1
         if not hits:
-            names = sorted({a for d in chosen for a in d.apis()})
-            raise InputError(f"{am.where}: no API {am.name!r} in the dump {dump_path} (its APIs: "
-                             + (", ".join(names[:12]) + (" ..." if len(names) > 12 else "")
-                                if names else "none") + ")")
+            raise InputError(f"{am.where}: no API {am.name!r} in the dump {dump_path} (its "
+                             f"{what_records(chosen)})")
     return cases
 
 
