@@ -215,6 +215,17 @@ def test_module_records_are_calls_with_their_gradients_placed(msprobe_run, tmp_p
     assert rows[("rope", "step0", "0", "y")]["case_id"] == f"rope/msprobe/step0/rank0/{module}.0"
 
 
+def test_the_module_example_of_docs_real_runs_reads_a_mix_dump(msprobe_run, tmp_path):
+    import re
+    from repo_paths import DOCS
+    block = re.findall(r"```toml\n(.*?)```", (DOCS / "real_runs.md").read_text(), re.S)[2]
+    res, _, rows = check_dump(tmp_path, msprobe_run(level="mix"), write_map(tmp_path, block))
+    assert res.exit_code == 0, res.stdout
+    assert status_of(rows) == {("rope_grad", s, "0", o): st for s in ("step0", "step1")
+                               for o, st in (("dx", "pass"), ("dcos", "not_recorded"),
+                                             ("dsin", "not_recorded"))}
+
+
 def test_module_records_of_level_l0_with_gradients_for_every_input(msprobe_run, tmp_path):
     """Level L0, the model given as a list: Module.0.rope.ApplyRope; rank folders (gloo)."""
     dump = msprobe_run(level="L0", distributed=True, tables_grad=True, mode="interleave")
