@@ -285,16 +285,18 @@ def _is_tensor(entry) -> bool:
     return isinstance(entry, dict) and "dtype" in entry and "shape" in entry
 
 
+def _tensors(entry) -> list:
+    """The tensor entries of one argument (inside lists and objects too)."""
+    if _is_tensor(entry):
+        return [entry]
+    items = entry.values() if isinstance(entry, dict) else entry if isinstance(entry, list) else ()
+    return [t for item in items for t in _tensors(item)]
+
+
 def _grad_count(entry) -> int:
     """How many gradients msprobe lists for one forward argument of a module: its tensors that
     require grad, inside lists and objects too (msprobe's hook_wrapper.parse_tensor)."""
-    if _is_tensor(entry):
-        return 1 if entry.get("requires_grad") is True else 0
-    if isinstance(entry, dict):
-        return sum(_grad_count(v) for v in entry.values())
-    if isinstance(entry, list):
-        return sum(_grad_count(v) for v in entry)
-    return 0
+    return sum(1 for t in _tensors(entry) if t.get("requires_grad") is True)
 
 
 class Dump:
@@ -365,8 +367,9 @@ class Dump:
 
     def _placed(self, module: str, call: int, record: str, field: str) -> list:
         """A module's backward ``field`` with one item per forward argument (``output``) or
-        output (``input``): msprobe lists gradients only for those that require grad, so the
-        forward record's flags place them; None where there is none."""
+        output (``input``): PyTorch's msprobe lists gradients only for those that require grad,
+        so the forward record's flags place them; None where there is none. Without flags
+        (MindSpore's records carry none) the list as written."""
         grads = self.record(record)[field]
         forward = self._apis[module][call].get("forward")
         if forward is None:
@@ -375,6 +378,8 @@ class Dump:
                             f"{module}.forward.{call}, which the dump does not have", "missing")
         ffield = "input_args" if field == "output" else "output"
         values = self.record(forward).get(ffield)
+        if not any("requires_grad" in t for t in _tensors(values)):
+            return grads
         counts = [_grad_count(v) for v in values] if isinstance(values, list) else []
         if not isinstance(grads, list) or sum(counts) != len(grads):
             n = len(grads) if isinstance(grads, list) else 0
@@ -392,8 +397,10 @@ class Dump:
         if stage == "backward" and is_module(api) and field in ("input", "output"):
             ffield = "input_args" if field == "output" else "output"
             forward = self._apis[api][call]["forward"]
-            value = self.record(forward)[ffield][key]
-            if _grad_count(value) == 0:
+            values = self.record(forward).get(ffield)
+            value = values[key] if isinstance(values, list) and key < len(values) else None
+            flags = [t.get("requires_grad") for t in _tensors(value)]
+            if flags and all(flag is False for flag in flags):
                 return (f"not recorded ({forward} {ffield}[{key}] does not require grad, and "
                         "msprobe lists a module's gradients only for those that do)")
         return ("not recorded (null: msprobe recorded no tensor there, e.g. no gradient for an "
@@ -448,7 +455,7 @@ class Dump:
 
 
 def what_records(dumps) -> str:
-    """What records some dumps have, for messages: ``24 records: APIs NPU.npu_rotary_mul, ...;
+    """What records some dumps have, for messages: ``24 records; APIs NPU.npu_rotary_mul, ...;
     modules Module.0.rope.ApplyRope, ...`` (at most 12 names of each)."""
     names = sorted({a for d in dumps for a in d.apis()})
     parts = [f"{sum(len(d.data) for d in dumps)} records"]

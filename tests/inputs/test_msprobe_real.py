@@ -260,6 +260,19 @@ def test_a_module_backward_is_placed_by_the_forwards_requires_grad_flags(tmp_pat
         Dump(tmp_path / "dump.json").entries(f"{m}.backward.0", "output")
 
 
+def test_module_records_without_requires_grad_flags_are_read_as_written(tmp_path):
+    """MindSpore's Cell records carry no requires_grad: their lists are taken as they are."""
+    from refspec.inputs.msprobe_dump import Dump
+    t = {"type": "mindspore.Tensor", "dtype": "Float32", "shape": [1, 2], "data_name": "t.npy"}
+    c = "Cell.rope.ApplyRope"
+    data = {f"{c}.forward.0": {"input_args": [t, t, t], "input_kwargs": {}, "output": [t]},
+            f"{c}.backward.0": {"input": [t], "output": [t, None, dict(t, data_name="s.npy")]}}
+    (tmp_path / "dump.json").write_text(json.dumps({"framework": "mindspore", "data": data}))
+    d = Dump(tmp_path / "dump.json")
+    assert d.apis() == {c: {0: {"forward": f"{c}.forward.0", "backward": f"{c}.backward.0"}}}
+    assert d.entries(f"{c}.backward.0", "output") == data[f"{c}.backward.0"]["output"]
+
+
 def test_a_name_no_record_has_lists_the_apis_and_modules_there_are(msprobe_run, tmp_path):
     mapping = write_map(tmp_path, rope_map("Module.0.rope.Rope"))
     for level, fragments in (("L1", ("records; APIs ", f"{API},", "Functional.linear")),
