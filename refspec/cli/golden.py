@@ -55,7 +55,7 @@ def _describe(dirs, msprobe, mapping, vendor_ut, ut_args, soc):
         raise CliError(str(exc)) from None
 
 
-def _write(kind, cases, out, force, compression, quiet=False):
+def _write(kind, cases, out, force, compression, summary_line=True):
     from ..inputs.user_cases import InputError, write_user_cases
     definition = "\n".join(f"{c.case_id}\t{c.where}" for c in cases)
     try:
@@ -64,10 +64,10 @@ def _write(kind, cases, out, force, compression, quiet=False):
                                               compression=compression, force=force)
     except InputError as exc:
         raise CliError(str(exc)) from None
-    if not quiet:
-        for case_id, err in negatives:
-            click.echo(f"negative case {case_id}: the profile rejects it with {err.code} "
-                       f"{err.status}: {one_line(err)}")
+    for case_id, err in negatives:
+        click.echo(f"negative case {case_id}: the profile rejects it with {err.code} "
+                   f"{err.status}: {one_line(err)}")
+    if summary_line:
         click.echo(summary.line())
     return summary
 
@@ -116,7 +116,8 @@ def _check_dump(dump_path, mapping, out, force, **compare_options):
     ctx = click.get_current_context()
     with tempfile.TemporaryDirectory(prefix="refspec-check-dump-") as tmp:
         path = out if out is not None else os.path.join(tmp, "goldens.h5")
-        summary = _write(kind, cases, path, force, goldens.DEFAULT_COMPRESSION, quiet=True)
+        summary = _write(kind, cases, path, force, goldens.DEFAULT_COMPRESSION,
+                         summary_line=False)
         click.echo(f"goldens: {summary.cases} calls ({summary.negative} rejected by their "
                    f"profile)" + (f", kept in {out}" if out is not None else ""))
         return ctx.invoke(compare_command, golden=path, actual=None, mapping=None,

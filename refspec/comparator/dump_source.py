@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 
 from .. import goldens
-from ..inputs.msprobe_dump import Dump, DumpError, find_dumps, is_msprobe_dir, step_rank
+from ..inputs.msprobe_dump import (Dump, DumpError, find_dumps, folder_names, is_msprobe_dir,
+                                   step_rank)
 from ..inputs.output_map import Mapping, load_mapping
 from ..inputs.tensor_files import TensorFile
 from ..spec.dtypes import dtype_name
@@ -67,22 +68,27 @@ class MsprobeSource(ActualSource):
         super().__init__(path)
         self.mapping = mapping
         self.dumps = find_dumps(path)
+        #: each dump's step and rank (a proc folder numbered as msprobe numbers it), read once
+        self.numbers = {d: step_rank(d) for d in self.dumps}
         self._cache: dict[str, Dump | str] = {}
 
     def _choose_dump(self, entry: dict):
         step = entry.get("step", self.mapping.step)
         rank = entry.get("rank", self.mapping.rank)
         cands = [d for d in self.dumps
-                 if (step is None or _same(step_rank(d)[0], step))
-                 and (rank is None or _same(step_rank(d)[1], rank))]
+                 if (step is None or _same(self.numbers[d][0], step))
+                 and (rank is None or _same(self.numbers[d][1], rank))]
         if len(cands) == 1:
             return cands[0], None
-        labels = ", ".join(os.path.relpath(os.path.dirname(d), self.path)
-                           for d in self.dumps) or "none"
+        labels = ", ".join(self._described(d) for d in self.dumps) or "none"
         if not cands:
             return None, f"no dump for step={step} rank={rank} under {self.path} (found: {labels})"
         return None, (f"several dumps under {self.path} ({labels}); say which with step = N and "
                       "rank = R in the mapping file")
+
+    def _described(self, dump_json: str) -> str:
+        folder = os.path.relpath(os.path.dirname(dump_json), self.path).replace(os.sep, "/")
+        return folder_names(folder, self.numbers[dump_json][1])[1]
 
     def _dump(self, dump_json: str):
         if dump_json not in self._cache:

@@ -34,6 +34,7 @@ col.mismatch{width:8em} col.err{width:7em} col.ulp{width:4.5em} col.case{width:3
 tr.fail td:first-child,tr.rejected td:first-child{background:#f6c6c6;font-weight:bold}
 tr.problem td:first-child{background:#f3dfa2;font-weight:bold}
 tr.too_strict td:first-child{background:#dcd3f0;font-weight:bold}
+tr.not_recorded td:first-child{background:#e4e4e4;font-weight:bold}
 tr.pass td:first-child{background:#cdeccd}
 code{font-size:12px;overflow-wrap:anywhere} .msg{font-family:monospace;font-size:12px;
   white-space:pre-wrap;overflow-wrap:anywhere}

@@ -33,12 +33,13 @@ def _details(r) -> str:
 def render_junit(report) -> str:
     c = report.counts()
     not_run = len(report.not_run)
-    empty = not report.results           # a run that judged nothing fails (Report.passed)
+    empty = not report.judged            # a run that judged nothing fails (Report.passed)
     suite = ET.Element("testsuite", name=f"refspec compare ({report.standard})",
                        tests=str(c["outputs"] + not_run + empty),
                        failures=str(c["fail"] + c["rejected"]),
                        errors=str(c["problem"] + (0 if report.only_present else not_run) + empty),
-                       skipped=str(c["too_strict"] + (not_run if report.only_present else 0)),
+                       skipped=str(c["too_strict"] + c["not_recorded"]
+                                   + (not_run if report.only_present else 0)),
                        time=f"{report.elapsed:.3f}")
     props = ET.SubElement(suite, "properties")
     for k, v in (("golden", report.golden), ("actual", report.actual),
@@ -54,7 +55,7 @@ def render_junit(report) -> str:
             timed.add(r.case_id)
         if r.status == "pass":
             continue
-        if r.status == "too_strict":
+        if r.status in ("too_strict", "not_recorded"):
             ET.SubElement(tc, "skipped", message=r.reason)
             continue
         tag = "error" if r.is_problem else "failure"

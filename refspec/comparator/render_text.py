@@ -75,7 +75,7 @@ def render_text(report, width: int | None = None, verbose: bool = False,
         for r, row in zip(shown, rows):
             line = "  ".join(c.ljust(w) for c, w in zip(row[:-1], widths[:-1])) + "  " + row[-1]
             lines.append(line[:width] if width else line)
-            if r.status != "pass" and r.message:
+            if r.status not in ("pass", "not_recorded") and r.message:
                 lines.append(f"    {r.message}")
                 if r.hint:
                     lines.append(f"    hint: {r.hint}")

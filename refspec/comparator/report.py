@@ -4,13 +4,16 @@
 Statuses of an output: ``pass`` and ``fail`` (judged); ``too_strict`` (the kernel's output
 fails the standard, and so does the golden rounded to the output dtype: the standard asks for
 more than the dtype can hold, so it cannot judge this output; not a kernel failure);
+``not_recorded`` (the source says the output was not recorded: an msprobe dump's null entry,
+e.g. no dcos where cos needs no gradient; nothing to judge, not a failure);
 ``rejected`` (the kernel returned a non-zero status for a valid input; one row per case, output
 ``(status)``); and the input problems ``missing``, ``size_mismatch``, ``dtype_mismatch``,
 ``shape_mismatch``, ``unreadable``, plus ``error`` for anything else that stopped one output
 from being judged. A negative case is one row, output ``(status)``: ``pass`` when the kernel
 returned the expected code, else ``fail``. Cases with no output and no status at all are
 ``not run``: listed in ``Report.not_run``, they fail the run unless the subset is intended
-(``only_present``). ``pass`` and ``too_strict`` pass; every other status fails.
+(``only_present``). ``pass``, ``too_strict`` and ``not_recorded`` pass; every other status
+fails; a report in which nothing was judged (no row, or only ``not_recorded`` ones) fails.
 """
 
 from __future__ import annotations
@@ -22,14 +25,16 @@ from .metrics import Element, Metrics, ulp_bin_labels
 from .naming import element_message, index_of, index_text
 
 __all__ = ["OutputResult", "Report", "PROBLEM_STATUSES", "STATUSES", "STATUS_LABELS",
-           "STATUS_ROW", "NotRun"]
+           "STATUS_ROW", "NOT_RECORDED", "NotRun"]
 
 PROBLEM_STATUSES = ("missing", "size_mismatch", "dtype_mismatch", "shape_mismatch", "unreadable",
                     "error")
-STATUSES = ("pass", "fail", "too_strict", "rejected") + PROBLEM_STATUSES
+#: an output the source did not record (an msprobe dump's null entry): nothing to judge
+NOT_RECORDED = "not_recorded"
+STATUSES = ("pass", "fail", "too_strict", NOT_RECORDED, "rejected") + PROBLEM_STATUSES
 #: what the reports call each status (terminal, HTML)
 STATUS_LABELS = {"pass": "PASS", "fail": "FAIL", "too_strict": "TOO STRICT", "rejected": "REJECTED",
-                 **{p: p.upper() for p in PROBLEM_STATUSES}}
+                 NOT_RECORDED: "NOT RECORDED", **{p: p.upper() for p in PROBLEM_STATUSES}}
 #: output name of the row that judges a case's returned status
 STATUS_ROW = "(status)"
 
@@ -66,7 +71,7 @@ class OutputResult:
 
     @property
     def passed(self) -> bool:
-        return self.status in ("pass", "too_strict")
+        return self.status in ("pass", "too_strict", NOT_RECORDED)
 
     @property
     def verdict(self) -> str:
@@ -82,10 +87,11 @@ class OutputResult:
 
     @property
     def rank(self) -> int:
-        """Report order: input problems, rejected inputs, judged failures, too strict, passes."""
+        """Report order: input problems, rejected inputs, judged failures, too strict, not
+        recorded, passes."""
         if self.is_problem:
             return 0
-        return {"rejected": 1, "fail": 2, "too_strict": 3}.get(self.status, 4)
+        return {"rejected": 1, "fail": 2, "too_strict": 3, NOT_RECORDED: 4}.get(self.status, 5)
 
     def index(self, element: Element) -> dict[str, int]:
         return index_of(element.flat, self.shape or (), self.axes)
@@ -193,10 +199,15 @@ class Report:
     timings: dict = field(default_factory=dict)
 
     @property
+    def judged(self) -> bool:
+        """Some output or status was judged (a ``not_recorded`` row is not judged)."""
+        return any(r.status != NOT_RECORDED for r in self.results)
+
+    @property
     def passed(self) -> bool:
         """Something was judged, everything judged passed, and no case was left unrun (unless
         ``only_present``): a comparison that judged nothing does not pass."""
-        return (bool(self.results) and all(r.passed for r in self.results)
+        return (self.judged and all(r.passed for r in self.results)
                 and (self.only_present or not self.not_run))
 
     @property
@@ -208,7 +219,7 @@ class Report:
         return 0 if self.passed else 1
 
     def counts(self) -> dict:
-        c = {s: 0 for s in ("pass", "fail", "problem", "too_strict", "rejected")}
+        c = {s: 0 for s in ("pass", "fail", "problem", "too_strict", NOT_RECORDED, "rejected")}
         for r in self.results:
             c["problem" if r.is_problem else r.status] += 1
         c["outputs"] = len(self.results)
@@ -233,7 +244,7 @@ class Report:
 
     def not_run_effect(self) -> str:
         """What the not-run cases do to the verdict, in words (text and HTML reports)."""
-        if not self.results:
+        if not self.judged:
             return "nothing was judged, which fails the run"
         if self.only_present:
             return "they do not fail the run"
@@ -255,14 +266,16 @@ class Report:
             text += f", {c['rejected']} valid inputs rejected"
         if c["too_strict"]:
             text += f", {c['too_strict']} where the standard is stricter than the dtype"
+        if c[NOT_RECORDED]:
+            text += f", {c[NOT_RECORDED]} not recorded"
         text += (f" of {c['outputs']} outputs in {c['cases']} cases "
                  f"[standard {self.standard}{over}{', saturation' if self.saturation else ''}]")
         if c["negative_cases"]:
             text += f"; {c['negative_cases']} negative cases judged by status"
         if self.not_run:
             text += (f"; {len(self.not_run)} cases not run"
-                     + (", which do not fail the run" if self.only_present and self.results else ""))
-        if not self.results:
+                     + (", which do not fail the run" if self.only_present and self.judged else ""))
+        if not self.judged:
             text += "; nothing was judged"
         return text
 

@@ -311,8 +311,10 @@ def _judge_status(case, code, why, report: Report, source: ActualSource) -> bool
     what = f"aclnn {expected}" + (f" {case.expected_error_status}"
                                   if getattr(case, "expected_error_status", None) else "")
     if code is None:
+        rule = getattr(case, "expected_error_message", None)
         report.not_run.append(NotRun(case.case_id, case.op, source.not_run_reason(case.case_id)
-                                     or f"negative case without a status (expected {what})"))
+                                     or f"negative case without a status (the spec rejects it "
+                                        f"with {what}" + (f": {rule})" if rule else ")")))
         return True
     if code == expected:
         report.results.append(_status_row(case, "pass", f"rejected with {what} as expected"))

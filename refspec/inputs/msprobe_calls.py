@@ -28,7 +28,8 @@ else:  # pragma: no cover
 from .. import ops
 from ..ops.record import Call
 from ..spec.errors import one_line
-from .msprobe_dump import FIELDS, STAGES, Dump, DumpError, DumpTensor, open_dumps
+from .msprobe_dump import (FIELDS, STAGES, Dump, DumpError, DumpTensor, open_dumps,
+                           what_records)
 from .user_cases import InputError, UserCase
 
 __all__ = ["ApiMap", "DumpMap", "load_map", "parse_ref", "describe_dump", "dump_entries"]
@@ -125,13 +126,17 @@ class ApiMap:
             if name not in names:
                 raise InputError(f"{self.where}: attributes.{name}: not one of {self.op.title}'s "
                                  f"attributes ({', '.join(self.op.attributes) or 'none'})")
-            if isinstance(value, str):
+            if isinstance(value, str) and value.split(".")[0] in STAGES:
                 out[names[name]] = parse_ref(value, f"{self.where}: attributes.{name}")
-            elif isinstance(value, (bool, int, float)):
-                out[names[name]] = value
+            elif isinstance(value, (bool, int, float, str)):
+                try:                   # a value in any spelling its axis reads ("half", 0)
+                    out.update(self.op.spec_attrs({names[name]: value}))
+                except ValueError as exc:
+                    raise InputError(f"{self.where}: attributes.{exc}") from None
             else:
-                raise InputError(f"{self.where}: attributes.{name} must be a number, a boolean "
-                                 "or a dump reference such as \"forward.input.3\"")
+                raise InputError(f"{self.where}: attributes.{name} must be a number, a boolean, "
+                                 "a label (\"half\") or a dump reference such as "
+                                 "\"forward.kwargs.rotary_mode\"")
         return out
 
     @property
@@ -186,10 +191,12 @@ def _ref_text(ref) -> str:
 
 def _check_pair(dump: Dump, forward: str, backward: str) -> None:
     """The backward record must be this call's: the gradient of each forward output has that
-    output's shape, the gradient of each forward input that input's shape."""
+    output's shape, the gradient of each forward input that input's shape (a module's
+    gradients placed by ``Dump.entries``)."""
     for bfield, ffield in (("input", "output"), ("output", "input_args")):
-        grads = dump.record(backward).get(bfield)
-        values = dump.record(forward).get(ffield)
+        if bfield not in dump.record(backward) or ffield not in dump.record(forward):
+            continue
+        grads, values = dump.entries(backward, bfield), dump.entries(forward, ffield)
         if not isinstance(grads, list) or not isinstance(values, list):
             continue
         for i, (g, v) in enumerate(zip(grads, values)):
@@ -207,9 +214,9 @@ def _attribute(dump: Dump, records: dict, ref, where: str):
     stage, field, key = ref
     item = dump.item(records[stage], field, key)
     value = item.get("value") if isinstance(item, dict) else None
-    if isinstance(value, str) or not isinstance(value, (bool, int, float)):
+    if not isinstance(value, (bool, int, float, str)):
         raise InputError(f"{where}: {records[stage]} {field}[{key}] is "
-                         f"{json.dumps(item)[:80]}, not a number; give the attribute's value "
+                         f"{json.dumps(item)[:80]}, not a value; give the attribute's value "
                          "in the mapping file instead")
     return value
 
@@ -240,9 +247,12 @@ def _call_case(m: ApiMap, dump: Dump, api: str, call: int, records: dict, source
     tensors = {k: tensors[k] for k in op.input_names if k in tensors}     # the record's order
     attrs = {a: (_attribute(dump, records, v, where) if isinstance(v, tuple) else v)
              for a, v in m.attributes.items()}
-    attrs = op.complete_attrs(op.spec_attrs(attrs))
-    label = "" if dump.label == "." else dump.label
-    info = {"path": dump.label, "step": dump.step, "rank": dump.rank, "api": api, "call": call,
+    try:                       # torch_npu's labels (rotary_mode="half") read by the axes
+        attrs = op.complete_attrs(op.spec_attrs(attrs))
+    except ValueError as exc:
+        raise InputError(f"{where}: attribute {exc} (read for {m.where})") from None
+    label = "" if dump.name == "." else dump.name
+    info = {"path": dump.name, "step": dump.step, "rank": dump.rank, "api": api, "call": call,
             **{stage: records.get(stage) for stage in STAGES},
             "inputs": {k: _ref_text(v) for k, v in m.inputs.items()},
             "outputs": {k: _ref_text(v) for k, v in m.outputs.items()}}
@@ -271,7 +281,8 @@ def describe_dump(dump_path, mapping) -> list[UserCase]:
               and (m.rank is None or d.rank == m.rank)]
     if not chosen:
         raise InputError(f"{dump_path}: no dump for step={m.step} rank={m.rank} (found: "
-                         + ", ".join(d.label for d in dumps) + f"); see step and rank in {m.path}")
+                         + ", ".join(d.described for d in dumps)
+                         + f"); see step and rank in {m.path}")
     source = (f"refspec golden --msprobe {shlex.quote(os.fspath(dump_path))} "
               f"--map {shlex.quote(m.path)} -o OUT.h5")
     cases = []
@@ -296,10 +307,8 @@ def describe_dump(dump_path, mapping) -> list[UserCase]:
                         raise InputError(f"{exc} (read for {am.where})") from None
                     hits += 1
         if not hits:
-            names = sorted({a for d in chosen for a in d.apis()})
-            raise InputError(f"{am.where}: no API {am.name!r} in the dump {dump_path} (its APIs: "
-                             + (", ".join(names[:12]) + (" ..." if len(names) > 12 else "")
-                                if names else "none") + ")")
+            raise InputError(f"{am.where}: no API {am.name!r} in the dump {dump_path} (its "
+                             f"{what_records(chosen)})")
     return cases
 
 

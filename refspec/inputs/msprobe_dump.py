@@ -7,13 +7,22 @@ The layout, as msprobe writes it (its ``core/dump/service.py``, ``data_dump/json
     DUMP_PATH/[pynative/]step{N}/rank{R}/dump.json          (proc{PID} when there is no rank)
     DUMP_PATH/[pynative/]step{N}/rank{R}/dump_tensor_data/<data_name>
 
+A ``proc{PID}`` folder is numbered as a rank, the way msprobe's own tooling numbers it
+(``core/dump/dump2db/dump2db.py``): within a step, the proc folders in PID order after the
+highest rank folder, from 0 when there is none (``step_rank``). A PID is never a rank.
+
 ``dump.json`` is ``{"task", "level", "framework": "pytorch"|"mindspore", "dump_data_dir",
 "data": {record: {...}}}``. An API call has a forward record ``<Prefix>.<api>.<call>.forward``
 with ``input_args`` (a list), ``input_kwargs`` (an object) and ``output`` (a list), and a
 backward record ``<Prefix>.<api>.<call>.backward`` whose ``input`` lists the gradients of the
-forward outputs and whose ``output`` lists the gradients of the forward inputs. A tensor entry
-holds ``type``, ``dtype`` (``torch.bfloat16``, ``BFloat16``, ...), ``shape``, statistics and
-``data_name`` (its file); other arguments are ``{"type": "int", "value": 0}``; absent ones null.
+forward outputs and whose ``output`` lists the gradients of the forward inputs (``null`` where
+an input gets none: not recorded). A module (levels L0 and mix) has the records
+``Module.<path>.<Class>.forward.<call>`` and ``.backward.<call>`` (``Cell.`` in MindSpore); its
+backward lists only the gradients of the positional inputs (and outputs) that require grad,
+which the forward record's ``requires_grad`` flags say (``Dump.entries`` places them). A
+tensor entry holds ``type``, ``dtype`` (``torch.bfloat16``, ``BFloat16``, ...), ``shape``,
+statistics, ``requires_grad`` (PyTorch) and ``data_name`` (its file); other arguments are
+``{"type": "int", "value": 0}``; absent ones null.
 PyTorch saves each tensor with ``torch.save`` (``.pt``, bfloat16 kept), MindSpore with
 ``np.save`` (``.npy``, bfloat16 converted to float32). The JSON's dtype is authoritative: a
 ``.npy`` may also hold bfloat16 as uint16 bits or 2-byte voids.
@@ -39,7 +48,8 @@ from ..goldens.format import bits_to_bfloat16
 from .tensor_files import TensorFile, TensorFileError, read_npy_header, real_dtype_of
 
 __all__ = ["DumpError", "Dump", "DumpTensor", "STAGES", "FIELDS", "parse_dtype", "step_rank",
-           "find_dumps", "is_msprobe_dir", "split_record", "open_dumps"]
+           "find_dumps", "is_msprobe_dir", "split_record", "is_module", "open_dumps",
+           "what_records", "folder_names"]
 
 STAGES = ("forward", "backward")
 #: the lists of a record, by stage, as a reference spells them ("forward.input.0")
@@ -51,11 +61,16 @@ _DTYPES = {"bfloat16": bfloat16, "float16": np.dtype(np.float16), "half": np.dty
            "float32": np.dtype(np.float32), "float": np.dtype(np.float32),
            "float64": np.dtype(np.float64), "double": np.dtype(np.float64)}
 _RECORD = re.compile(r"^(?P<api>.+)\.(?P<call>\d+)\.(?P<stage>forward|backward)$")
+#: a module's records put the stage before the call number: Module.0.rope.ApplyRope.forward.0
+_MODULE_RECORD = re.compile(r"^(?P<api>(?:Module|Cell)\..+)\.(?P<stage>forward|backward)"
+                            r"\.(?P<call>\d+)$")
+_RANK_FOLDER = re.compile(r"^(rank|proc)(\d+)$")
 
 
 class DumpError(ValueError):
     """A dump that cannot be used as asked: one line. ``kind`` says what went wrong for a
-    tensor (missing, unreadable, dtype_mismatch, shape_mismatch)."""
+    tensor (missing, unreadable, dtype_mismatch, shape_mismatch; not_recorded: the entry is
+    null, msprobe recorded nothing there)."""
 
     def __init__(self, message: str, kind: str = "unreadable"):
         super().__init__(message)
@@ -72,9 +87,16 @@ def parse_dtype(text) -> np.dtype | None:
 
 
 def split_record(name: str):
-    """``NPU.npu_rotary_mul.0.backward`` -> ("NPU.npu_rotary_mul", 0, "backward"), or None."""
-    m = _RECORD.match(name)
+    """``NPU.npu_rotary_mul.0.backward`` -> ("NPU.npu_rotary_mul", 0, "backward"), a module's
+    ``Module.0.rope.ApplyRope.backward.0`` -> ("Module.0.rope.ApplyRope", 0, "backward"), or
+    None (``Module.....parameters_grad.0`` and other records that are no call)."""
+    m = _MODULE_RECORD.match(name) or _RECORD.match(name)
     return None if m is None else (m["api"], int(m["call"]), m["stage"])
+
+
+def is_module(api: str) -> bool:
+    """A module's records (``Module.``, MindSpore's ``Cell.``), not an API's."""
+    return api.split(".", 1)[0] in ("Module", "Cell")
 
 
 def find_dumps(path) -> list[str]:
@@ -100,11 +122,26 @@ def _number(part: str, prefixes) -> int | None:
     return None
 
 
+def _proc_ranks(step_dir: str) -> dict[str, int]:
+    """{``proc<PID>``: rank} of the proc folders (with a dump.json) in one step folder: in PID
+    order, after the highest ``rank<R>`` folder there, from 0 when there is none."""
+    ranks, pids = [-1], []
+    for name in os.listdir(step_dir):
+        m = _RANK_FOLDER.match(name)
+        if m and os.path.isfile(os.path.join(step_dir, name, "dump.json")):
+            (ranks if m[1] == "rank" else pids).append(int(m[2]))
+    return {f"proc{pid}": max(ranks) + 1 + i for i, pid in enumerate(sorted(pids))}
+
+
 def step_rank(dump_json: str) -> tuple[int | None, int | None]:
-    """The step and rank of a dump from its folders, ``.../step<S>/rank<R>/dump.json``
-    (``proc<R>`` too); None where a folder does not say."""
-    parts = os.path.normpath(os.path.dirname(os.fspath(dump_json))).split(os.sep)
-    rank = _number(parts[-1], ("rank", "proc")) if parts else None
+    """The step and rank of a dump from its folders, ``.../step<S>/rank<R>/dump.json``; a
+    ``proc<PID>`` folder gets the rank ``_proc_ranks`` numbers it with; None where a folder
+    does not say."""
+    folder = os.path.normpath(os.path.dirname(os.path.abspath(os.fspath(dump_json))))
+    parts = folder.split(os.sep)
+    rank = _number(parts[-1], ("rank",))
+    if rank is None and _number(parts[-1], ("proc",)) is not None:
+        rank = _proc_ranks(os.path.dirname(folder)).get(parts[-1])
     step = _number(parts[-2], ("step",)) if len(parts) > 1 else None
     return step, rank
 
@@ -235,10 +272,40 @@ class DumpTensor:
             self._fail(f"{self.path}: tensor of {t.dtype}: {one_line(exc)}", "dtype_mismatch")
 
 
+def folder_names(label: str, rank: int | None) -> tuple[str, str]:
+    """(name, description) of a dump folder: ``step0/proc20726`` numbered rank 0 gives
+    ("step0/rank0", "step0/proc20726 (rank 0)"); any other folder its label twice."""
+    head, _, last = label.rpartition("/")
+    if rank is None or not last.startswith("proc"):
+        return label, label
+    return f"{head}/rank{rank}" if head else f"rank{rank}", f"{label} (rank {rank})"
+
+
+def _is_tensor(entry) -> bool:
+    return isinstance(entry, dict) and "dtype" in entry and "shape" in entry
+
+
+def _tensors(entry) -> list:
+    """The tensor entries of one argument (inside lists and objects too)."""
+    if _is_tensor(entry):
+        return [entry]
+    items = entry.values() if isinstance(entry, dict) else entry if isinstance(entry, list) else ()
+    return [t for item in items for t in _tensors(item)]
+
+
+def _grad_count(entry) -> int:
+    """How many gradients msprobe lists for one forward argument of a module: its tensors that
+    require grad, inside lists and objects too (msprobe's hook_wrapper.parse_tensor)."""
+    return sum(1 for t in _tensors(entry) if t.get("requires_grad") is True)
+
+
 class Dump:
     """One dump.json: ``path``, ``label`` (its directory relative to the dump root, e.g.
-    ``step0/rank0``), ``step`` and ``rank`` (from step{N} and rank{R}/proc{PID}, or None),
-    ``framework`` and ``data`` (the records)."""
+    ``step0/proc20726``), ``step`` and ``rank`` (from step{N} and rank{R}, a proc{PID} folder
+    numbered by ``step_rank``; or None), ``name`` (the label with a proc folder named by that
+    rank, ``step0/rank0``: what case ids use, the same in a rerun under another PID),
+    ``described`` (the label and a proc folder's rank, for messages), ``framework`` and
+    ``data`` (the records)."""
 
     def __init__(self, path, root=None):
         self.path = os.fspath(path)
@@ -248,6 +315,7 @@ class Dump:
         rel = os.path.relpath(self.dir, root)
         self.label = "." if rel == os.curdir else rel.replace(os.sep, "/")
         self.step, self.rank = step_rank(self.path)
+        self.name, self.described = folder_names(self.label, self.rank)
         try:
             with open(self.path, encoding="utf-8") as fh:
                 doc = json.load(fh)
@@ -270,8 +338,8 @@ class Dump:
         return rec
 
     def apis(self) -> dict:
-        """{API name (``NPU.npu_rotary_mul``): {call number: {stage: record name}}} (worked
-        out once; do not modify it)."""
+        """{API or module name (``NPU.npu_rotary_mul``, ``Module.0.rope.ApplyRope``): {call
+        number: {stage: record name}}} (worked out once; do not modify it)."""
         return self._apis
 
     @cached_property
@@ -284,13 +352,63 @@ class Dump:
                 out.setdefault(api, {}).setdefault(call, {})[stage] = name
         return out
 
-    def item(self, record: str, field: str, key):
-        """The JSON item at ``field[key]`` of a record (list position or object key)."""
+    def entries(self, record: str, field: str):
+        """The list (or object) ``field`` of a record, positions as a reference counts them:
+        a module's backward lists aligned with its forward record (``_placed``)."""
         rec = self.record(record)
         if field not in rec:
             raise DumpError(f"{self.path}: {record} has no {field!r} (it has: "
                             f"{', '.join(rec) or 'nothing'})", "missing")
-        items = rec[field]
+        parts = split_record(record)
+        if parts and parts[2] == "backward" and is_module(parts[0]) \
+                and field in ("input", "output"):
+            return self._placed(parts[0], parts[1], record, field)
+        return rec[field]
+
+    def _placed(self, module: str, call: int, record: str, field: str) -> list:
+        """A module's backward ``field`` with one item per forward argument (``output``) or
+        output (``input``): PyTorch's msprobe lists gradients only for those that require grad,
+        so the forward record's flags place them; None where there is none. Without flags
+        (MindSpore's records carry none) the list as written."""
+        grads = self.record(record)[field]
+        forward = self._apis[module][call].get("forward")
+        if forward is None:
+            raise DumpError(f"{self.path}: {record}: a module's backward lists only the "
+                            "gradients that exist; placing them needs its forward record "
+                            f"{module}.forward.{call}, which the dump does not have", "missing")
+        ffield = "input_args" if field == "output" else "output"
+        values = self.record(forward).get(ffield)
+        if not any("requires_grad" in t for t in _tensors(values)):
+            return grads
+        counts = [_grad_count(v) for v in values] if isinstance(values, list) else []
+        if not isinstance(grads, list) or sum(counts) != len(grads):
+            n = len(grads) if isinstance(grads, list) else 0
+            raise DumpError(f"{self.path}: {record} {field} lists {n} gradients but {forward} "
+                            f"{ffield} has {sum(counts)} tensors that require grad: not one call")
+        placed, at = [], 0
+        for value, n in zip(values, counts):
+            placed.append(None if n == 0 else grads[at] if _is_tensor(value) else grads[at:at + n])
+            at += n
+        return placed
+
+    def _unrecorded(self, record: str, field: str, key) -> str:
+        """Why a record holds no tensor at ``field[key]``, in words."""
+        api, call, stage = split_record(record) or ("", 0, "")
+        if stage == "backward" and is_module(api) and field in ("input", "output"):
+            ffield = "input_args" if field == "output" else "output"
+            forward = self._apis[api][call]["forward"]
+            values = self.record(forward).get(ffield)
+            value = values[key] if isinstance(values, list) and key < len(values) else None
+            flags = [t.get("requires_grad") for t in _tensors(value)]
+            if flags and all(flag is False for flag in flags):
+                return (f"not recorded ({forward} {ffield}[{key}] does not require grad, and "
+                        "msprobe lists a module's gradients only for those that do)")
+        return ("not recorded (null: msprobe recorded no tensor there, e.g. no gradient for an "
+                "input that needs none)")
+
+    def item(self, record: str, field: str, key):
+        """The JSON item at ``field[key]`` of a record (list position or object key)."""
+        items = self.entries(record, field)
         if isinstance(items, dict):
             if str(key) not in items:
                 raise DumpError(f"{self.path}: {record} {field} has no {key!r} (it has: "
@@ -302,12 +420,13 @@ class Dump:
         return items[key]
 
     def tensor(self, record: str, field: str, key) -> DumpTensor:
-        """The tensor entry at ``field[key]`` of a record (DumpError if it is not a tensor)."""
+        """The tensor entry at ``field[key]`` of a record (DumpError if it is not a tensor;
+        kind ``not_recorded`` for null, where msprobe recorded nothing)."""
         entry = self.item(record, field, key)
         if entry is None:
-            raise DumpError(f"{self.path}: {record} {field}[{key}] is null (msprobe records no "
-                            "tensor there)", "missing")
-        if not isinstance(entry, dict) or "dtype" not in entry or "shape" not in entry:
+            raise DumpError(f"{self.path}: {record} {field}[{key}]: "
+                            + self._unrecorded(record, field, key), "not_recorded")
+        if not _is_tensor(entry):
             raise DumpError(f"{self.path}: {record} {field}[{key}] is not a tensor "
                             f"({json.dumps(entry)[:80]})", "missing")
         return DumpTensor(self, record, f"{field}[{key}]", entry)
@@ -333,6 +452,22 @@ class Dump:
                     if isinstance(entry, dict) and isinstance(entry.get("data_name"), str):
                         out.setdefault(entry["data_name"], (record, f"{field}[{key}]", entry))
         return out
+
+
+def what_records(dumps) -> str:
+    """What records some dumps have, for messages: ``24 records; APIs NPU.npu_rotary_mul, ...;
+    modules Module.0.rope.ApplyRope, ...`` (at most 12 names of each)."""
+    names = sorted({a for d in dumps for a in d.apis()})
+    parts = [f"{sum(len(d.data) for d in dumps)} records"]
+    for what, found in (("APIs", [a for a in names if not is_module(a)]),
+                        ("modules", [a for a in names if is_module(a)])):
+        if found:
+            parts.append(f"{what} " + ", ".join(found[:12]) + (" ..." if len(found) > 12 else ""))
+    if not names:
+        some = [r for d in dumps for r in d.data][:3]
+        parts.append("none named <API>.<call>.forward|backward or Module.<name>.forward|"
+                     "backward.<call>" + (f", e.g. {', '.join(some)}" if some else ""))
+    return "; ".join(parts)
 
 
 def open_dumps(path) -> list[Dump]:

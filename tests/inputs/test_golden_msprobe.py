@@ -182,7 +182,7 @@ def test_malformed_dumps_and_mapping_files_are_one_clear_error(tmp_path, rng):
     msg = _error(dump, remap(base.replace('soc = "A2"\n', 'soc = "A2"\ncalls = [0, 5]\n', 1)))
     assert f"{api} has no call 5 (calls: 0, 1)" in msg
     msg = _error(dump, remap(base.replace('mode = "forward.input.3"', 'mode = "forward.input.0"', 1)))
-    assert "not a number; give the attribute's value in the mapping file" in msg
+    assert "not a value; give the attribute's value in the mapping file" in msg
     msg = _error(dump, remap("[[api]]\nname = 1\n"))
     assert "needs 'operator'" in msg
 
@@ -248,11 +248,13 @@ def test_a_bare_api_name_matching_two_prefixes_is_ambiguous(tmp_path, rng):
 
 
 def test_the_mapping_files_of_docs_real_runs_read_a_dump_of_those_calls(tmp_path, rng):
-    """The two examples of docs/real_runs.md section 3, on a dump of the calls they describe."""
+    """The API examples of docs/real_runs.md section 3, on a dump of the calls they describe
+    (its module example: tests/inputs/test_msprobe_real.py)."""
     import re
     from repo_paths import DOCS
     blocks = re.findall(r"```toml\n(.*?)```", (DOCS / "real_runs.md").read_text(), re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
+    blocks = blocks[:2]
     w = DumpWriter(tmp_path / "dump", "mindspore")
     rope_calls(w, rng, calls=2)
     t = nrc_call(w, rng)
