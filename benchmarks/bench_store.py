@@ -4,7 +4,7 @@ each measured against its peers in the same run (whole commands, fresh processes
     python benchmarks/bench_store.py                      # everything (about 6 minutes)
     python benchmarks/bench_store.py --golden FILE.h5     # show/export/pack of an existing file
     python benchmarks/bench_store.py --tier quick         # a smaller sweep: checks that it runs
-    python benchmarks/bench_store.py --against SRC        # (h) also an earlier comparator
+    python benchmarks/bench_store.py --against SRC        # (i) also an earlier source tree
 
 (d) `refspec generate --sweep standard` with --jobs 1 and --jobs 2: wall time, the ratio, and
     whether the two files hold bit-identical datasets for every case (compared here, dataset by
@@ -23,6 +23,10 @@ each measured against its peers in the same run (whole commands, fresh processes
     and --jobs 2, against reading every byte compared once (the golden file's and the outputs')
     and, with `--against SRC`, against the comparator of another source tree on the same files
     (`git archive REV | tar -x -C SRC`; its reports --json and --html).
+(i) with `--against SRC`: the same journey in the other source tree, on its own files (a tree
+    whose golden schema differs cannot read this one's): `generate --sweep standard --jobs 1`,
+    `export`, and `compare --json --junit --html` of its goldens as the outputs, side by side
+    with this tree's (d), (f) and (h).
 
 Between steps the files written are flushed (`os.sync`) so that one step's writeback does not
 land in the next one's time. Directories are removed at the end, not between steps (removing
@@ -172,13 +176,35 @@ def read_once(paths) -> float:
     return time.perf_counter() - t
 
 
+def against(args, tmp: str, results: dict) -> dict:
+    """(i): generate, export and compare with the source tree ``args.against``, on its own
+    files, against this tree's times of the same steps."""
+    env = {**os.environ, "PYTHONPATH": os.path.abspath(args.against)}
+    golden, export = os.path.join(tmp, "against.h5"), os.path.join(tmp, "against-export")
+    i = {}
+    i["generate --jobs 1 s"], i["generate summary"] = run(
+        "generate", "--sweep", "standard", "--tier", args.tier, "--jobs", 1, "-o", golden,
+        "--force", env=env)
+    i["export --jobs 1 s"], _ = run("export", golden, "-o", export, "--force", env=env)
+    golden_outputs_as_actuals(export)
+    reports = [f"--{kind}={os.path.join(tmp, f'against.{kind}')}" for kind in ("json", "junit", "html")]
+    i["compare --jobs 1 s"], i["compare verdict"] = run("compare", golden, export, *reports, env=env)
+    mine = {"generate --jobs 1 s": results.get("(d) generate", {}).get("--jobs 1 s"),
+            "export --jobs 1 s": results["(f) export"]["export --jobs 1 s"],
+            "compare --jobs 1 s": results["(h) compare"]["compare --jobs 1 s"]}
+    for step, t in mine.items():
+        if t:
+            i[f"{step.rsplit(' ', 1)[0]}: other / this"] = i[step] / t
+    return i
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tier", default="all", help="tier of the standard sweep")
     ap.add_argument("--golden", help="skip (d): measure show/export/pack of this --jobs file")
     ap.add_argument("--dir", help="where to write (default: a temporary directory)")
     ap.add_argument("--against", metavar="SRC",
-                    help="(h) also the comparator of this source tree (e.g. `git archive REV`)")
+                    help="(i) also the journey with this source tree (e.g. `git archive REV`)")
     args = ap.parse_args(argv)
     results = {"cpus": os.cpu_count(), "numpy": np.__version__, "h5py": h5py.__version__,
                "load average": os.getloadavg()}
@@ -237,16 +263,12 @@ def main(argv=None):
             h[f"compare --jobs {jobs} s"], h[f"compare --jobs {jobs} verdict"] = run(
                 "compare", j1, actual, "--jobs", jobs, *reports)
         h["compare speed-up"] = h["compare --jobs 1 s"] / h["compare --jobs 2 s"]
-        if args.against:
-            env = {**os.environ, "PYTHONPATH": os.path.abspath(args.against)}
-            h["--against's compare --json --html s"], h["--against's verdict"] = run(
-                "compare", j1, actual, f"--json={os.path.join(tmp, 'against.json')}",
-                f"--html={os.path.join(tmp, 'against.html')}", env=env)
-            h["--against / this, --jobs 1"] = h["--against's compare --json --html s"] / h["compare --jobs 1 s"]
         h["reading the golden file and the outputs once s"] = read_once([j1] + outputs)
         h["compare --jobs 2 / reading once"] = (h["compare --jobs 2 s"]
                                                 / h["reading the golden file and the outputs once s"])
         results["(h) compare"] = h
+        if args.against:
+            results["(i) the other source tree"] = against(args, tmp, results)
     finally:
         if not args.dir:
             shutil.rmtree(tmp, ignore_errors=True)

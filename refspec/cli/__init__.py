@@ -3,7 +3,7 @@ below and formats their errors (docs/architecture.md).
 
 Each module holds a few commands and registers them on ``main``. Every user error ends the
 same way: one line on stderr starting with ``refspec: error:``, exit code 2, no traceback
-(raise ``refspec.cli.errors.CliError``, or let an ``refspec.spec.errors.AclnnError``
+(raise ``refspec.cli.usage_errors.CliError``, or let an ``refspec.spec.errors.AclnnError``
 or ``OSError`` escape a command).
 """
 
@@ -15,8 +15,8 @@ import click
 
 from .._version import __version__
 from ..spec.errors import AclnnError, one_line
-from . import compare, generate, golden, run, store
-from .errors import CliError
+from . import compare, generate, golden, run_impl, store
+from .usage_errors import CliError
 
 __all__ = ["CliError", "main"]
 
@@ -66,5 +66,5 @@ def main():
     """
 
 
-for _module in (generate, store, compare, run, golden):
+for _module in (generate, store, compare, run_impl, golden):
     _module.register(main)

@@ -12,7 +12,7 @@ import click
 from .. import ops
 from ..comparator.standards import STANDARD_NAMES
 from ..goldens.format import UnknownCaseError
-from .errors import CliError, check_output_file
+from .usage_errors import CliError, check_output_file
 
 __all__ = ["register", "compare_command"]
 

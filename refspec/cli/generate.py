@@ -20,7 +20,7 @@ from ..goldens.engine import parts_dir
 from ..goldens.executors import SCHEDULER_ENV, SchedulerUnavailable
 from ..goldens.selection import filter_cases, normalize_filter, parse_shard, shard
 from ..goldens.sweep import SweepError, load_sweep
-from .errors import CliError, Interrupted, check_output_file
+from .usage_errors import CliError, Interrupted, check_output_file
 
 __all__ = ["register", "list_command", "generate_command"]
 
@@ -165,9 +165,9 @@ def _generate(sweep_ref, tier, ops, socs, dtypes, modes, layouts, case_ids, seed
     jobs = jobs or os.cpu_count() or 1
 
     def run(progress):
-        return generate(sweep, cases, out, jobs=min(jobs, len(cases)), scheduler=scheduler,
-                        resume=resume, force=force, progress=progress,
-                        run=Run.of(sweep, seed, compression, extra))
+        return generate(Run.of(sweep, seed, compression, extra), cases, out,
+                        jobs=min(jobs, len(cases)), scheduler=scheduler, resume=resume,
+                        force=force, progress=progress)
 
     try:
         if sys.stderr.isatty():

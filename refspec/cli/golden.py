@@ -17,7 +17,7 @@ import click
 from .. import goldens
 from ..spec.errors import one_line
 from .compare import compare_command
-from .errors import CliError
+from .usage_errors import CliError
 from .generate import check_golden_output, generate_command
 
 __all__ = ["register", "golden_command", "check_dump_command"]

@@ -16,7 +16,7 @@ from ..goldens.format import UnknownCaseError
 from ..goldens.read import GoldenCase, GoldenFile, LazyArray
 from ..goldens.shards import merge as merge_shards
 from ..goldens.shards import pack as pack_file
-from .errors import CliError
+from .usage_errors import CliError
 
 __all__ = ["register", "show", "export", "merge", "pack", "file_summary", "case_summary"]
 

@@ -289,15 +289,15 @@ def _root_of(part: str) -> dict:
         return {k: v for k, v in gf.attrs.items() if k not in ("complete", "part", "created")}
 
 
-def generate(sweep: Sweep, cases: list[Case], out, *, jobs: int = 1, scheduler: str | None = None,
-             resume: bool = False, force: bool = False, progress=None, run: Run | None = None
-             ) -> Summary:
-    """Write ``cases`` of ``sweep`` to ``out`` (see the module docstring); ``run`` gives a data
-    seed, compression or root attributes other than the sweep's defaults (``Run.of``).
-    ``progress(n)`` is called as cases are written or skipped. Raises ``GenerateInterrupted``
-    on Ctrl-C."""
+def generate(sweep: Sweep | Run, cases: list[Case], out, *, jobs: int = 1,
+             scheduler: str | None = None, resume: bool = False, force: bool = False,
+             progress=None) -> Summary:
+    """Write ``cases`` of ``sweep`` to ``out`` (see the module docstring); ``Run.of(sweep,
+    ...)`` in place of the sweep gives a data seed, compression or root attributes other than
+    the sweep's defaults. ``progress(n)`` is called as cases are written or skipped. Raises
+    ``GenerateInterrupted`` on Ctrl-C."""
     start = time.perf_counter()
-    run = run or Run.of(sweep)
+    run = sweep if isinstance(sweep, Run) else Run.of(sweep)
     out = os.fspath(out)
     here = jobs <= 1 and not scheduler
     try:

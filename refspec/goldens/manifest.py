@@ -100,8 +100,8 @@ def sweep_manifest(sweep_ref: str = "smoke", tier: str | None = None, jobs: int 
     tier = sweep.check_tier(tier)
     with tempfile.TemporaryDirectory(prefix="refspec-manifest-") as tmp:
         out = os.path.join(tmp, f"{sweep.name}.h5")
-        generate(sweep, sweep.cases(tier), out, jobs=jobs,
-                 run=Run.of(sweep, compression=compression, extra_attrs={"tier": tier}))
+        generate(Run.of(sweep, compression=compression, extra_attrs={"tier": tier}),
+                 sweep.cases(tier), out, jobs=jobs)
         return file_manifest(out, tier)
 
 

@@ -6,15 +6,15 @@ the spec and everything that makes or judges golden data (docs/architecture.md).
     op.input_file("grad_query_output")         # vendor file names, sampling, the spec call ...
 
 ``register`` adds an operator (its record and a sweep are all it takes); the built-in
-records are those of ``refspec.ops.rope`` and ``refspec.ops.nrc``.
+records are those of ``refspec.ops.rope_records`` and ``refspec.ops.nrc_records``.
 """
 
 from __future__ import annotations
 
-from .nrc import NRC, NRC_GRAD
+from .nrc_records import NRC, NRC_GRAD
 from .record import (Autograd, Operator, Output, SweepAxes, Tensor, TensorPlan, camel_case,
                      check_names)
-from .rope import ROPE, ROPE_GRAD
+from .rope_records import ROPE, ROPE_GRAD
 
 __all__ = ["Operator", "Tensor", "Output", "TensorPlan", "SweepAxes", "Autograd", "camel_case", "OPERATORS",
            "get", "ids", "find", "register", "unregister"]

@@ -1,6 +1,6 @@
 """Deterministic input distributions of the golden cases (docs/sweeps.md, "Distributions").
 
-Each operator record samples its inputs from these (refspec.ops.rope, refspec.ops.nrc).
+Each operator record samples its inputs from these (refspec.ops.rope_records, refspec.ops.nrc_records).
 
 Every tensor is drawn in float64 from its own random stream (the case seed plus a hash of the
 tensor's name, so adding or removing one tensor never changes another) and rounded once to the

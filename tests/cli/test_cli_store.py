@@ -138,8 +138,7 @@ def test_show_and_pack_of_a_jobs_run_and_merge_allow_partial(tmp_path):
     assert "part files" not in run("show", tmp_path / "self.h5").output
     assert_user_error(run("pack", out, "-o", tmp_path / "self.h5"), "exists", "--force")
     shard1 = tmp_path / "s1.h5"
-    generate(smoke, cases[0::2], shard1,
-             run=Run.of(smoke, extra_attrs={"shard": "1/2", "tier": "smoke"}))
+    generate(Run.of(smoke, extra_attrs={"shard": "1/2", "tier": "smoke"}), cases[0::2], shard1)
     assert_user_error(run("merge", tmp_path / "m.h5", shard1), "missing shard 2/2", "--allow-partial")
     res = run("merge", tmp_path / "m.h5", shard1, "--allow-partial")
     assert res.exit_code == 0 and "PARTIAL: missing shard 2/2" in res.stderr

@@ -242,7 +242,7 @@ def test_force_replaces_and_seed_changes_the_data(smoke, selection, tmp_path):
     generate(smoke, pick, out)
     first = file_content(out)
     reseeded = [smoke.case(c.id, seed=12345) for c in pick]
-    generate(smoke, reseeded, out, force=True, run=Run.of(smoke, seed=12345))
+    generate(Run.of(smoke, seed=12345), reseeded, out, force=True)
     second = file_content(out)
     for c in pick:
         assert second[c.id]["inputs/dy"][2] != first[c.id]["inputs/dy"][2]

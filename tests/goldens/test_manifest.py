@@ -42,7 +42,7 @@ def test_digests_of_the_written_file_equal_the_in_memory_ones(pinned, tmp_path):
     sweep = load_sweep("smoke")
     some = sweep.cases()[::17]
     out = tmp_path / "some.h5"
-    generate(sweep, some, out, run=Run.of(sweep, compression="gzip"))
+    generate(Run.of(sweep, compression="gzip"), some, out)
     from_file = file_manifest(out)["cases"]
     assert list(from_file) == [c.id for c in some]
     for cid, entry in from_file.items():
