@@ -22,13 +22,13 @@ from .record import (Autograd, Call, Comparison, Generation, Operator, Output, S
                      TensorPlan, Tensors)
 from .sampling import ROPE_VENDOR, draw, draw_tables, dtype_max, stream
 
-__all__ = ["ROPE_GRAD", "ROPE", "MODES", "cos_fits"]
+__all__ = ["ROPE_GRAD", "ROPE", "MODES", "PAIRING", "cos_fits", "parse_pattern", "table_positions"]
 
 MODES = tuple(m.label for m in RopeMode)
 #: cos/sin pattern per layout when a sweep block names none
 DEFAULT_COS = ("11SD", "1S1D", "S11D", "T1D")
 #: frequency pairing of the rotary tables that suits each mode
-_PAIRING = {"half": "half", "interleave": "interleave", "quarter": "quarter",
+PAIRING = {"half": "half", "interleave": "interleave", "quarter": "quarter",
             "interleave-half": "half"}
 #: aclnn spellings of the vendor files (docs/rope.md, Parameters: xOptional, dxOut, ...)
 _ALIASES = {"xOptional": "x", "dxOut": "dx", "dcosOut": "dcos", "dsinOut": "dsin", "yOut": "y"}
@@ -55,7 +55,8 @@ def _check_axes(axes: dict, given: set) -> None:
                              "letters with 1 on broadcast axes (BNSD: 11SD, B1SD, ...)")
 
 
-def _pattern(v) -> str:
+def parse_pattern(v) -> str:
+    """A cos/sin pattern as a sweep spells it (``11sd`` -> ``11SD``)."""
     s = str(v).strip().upper()
     if not re.fullmatch(r"[1BNST]{1,3}D", s):
         raise ValueError(f"{v!r} is not a cos/sin pattern; a pattern spells the layout's "
@@ -77,7 +78,7 @@ def _sweep(grad: bool) -> SweepAxes:
             Axis("mode", _MODE_PARSE, ("half",), MODES, attr="mode", to_spec=_MODE_SPEC,
                  legacy="mode_name"),
             Axis("layout", choice(LAYOUTS, upper=True), ("BNSD",), LAYOUTS),
-            Axis("cos", _pattern, DEFAULT_COS, legacy="cos_pattern"),
+            Axis("cos", parse_pattern, DEFAULT_COS, legacy="cos_pattern"),
             dtype_axis())
     axes += (Axis("x", flag, (True,), (True, False)),) if grad else ()
     axes += (dist_axis(), fault_axis(faults))
@@ -123,7 +124,7 @@ def _plan(grad: bool):
     return plan
 
 
-def _positions(p: dict, cshape: tuple, seed: int) -> np.ndarray:
+def table_positions(p: dict, cshape: tuple, seed: int) -> np.ndarray:
     """Positions of each row of a cos/sin table: the sequence index where the table has the S
     axis (TND: the index within each packed sequence), plus a random offset per index of any
     other axis the table has (per-batch or per-head tables); one random position when the table
@@ -181,8 +182,8 @@ def _sample(grad: bool):
         out = dict(zip((name for name, _ in drawn), (pool.map if pool else map)(one, drawn)))
         tplan = plan.get("cos", plan["sin"])
         cshape = _cos_shape(p)
-        cos, sin = draw_tables(dist, cshape, tplan.dtype, seed, positions=_positions(p, cshape, seed),
-                               pairing=_PAIRING[p["mode"]], vendor=ROPE_VENDOR)
+        cos, sin = draw_tables(dist, cshape, tplan.dtype, seed, positions=table_positions(p, cshape, seed),
+                               pairing=PAIRING[p["mode"]], vendor=ROPE_VENDOR)
         if "cos" in plan:
             out["cos"] = cos
         out["sin"] = sin if plan["sin"].shape == cshape else draw(
