@@ -1,4 +1,4 @@
-"""Device-like implementations of the four operators, and deliberately broken variants.
+"""Device-like implementations of the operators, and deliberately broken variants.
 
 Written from the documented formulas (docs/rope.md §1-§3, §6; docs/norm_rope_concat.md §1-§2), independent
 of refspec's code: inputs widened to float32, float32 arithmetic in another valid order (partner
@@ -191,6 +191,18 @@ def rope_forward(x, cos, sin, mode=0, bug=None):
     return {"y": rnd(y, dt)}
 
 
+# --- the RoPE family's forwards (docs/apply_rotary_pos_emb.md, ...) ---------------------------------
+
+_ROTARY_MODE = {"half": 0, "interleave": 1, "quarter": 2}
+
+
+def apply_rope(query, key, cos, sin, rotary_mode="half", bug=None):
+    """ApplyRotaryPosEmb(V2): query and key each the RoPE forward of the mode, one table."""
+    mode = _ROTARY_MODE[rotary_mode]
+    return {"query_out": rope_forward(query, cos, sin, mode, bug)["y"],
+            "key_out": rope_forward(key, cos, sin, mode, bug)["y"]}
+
+
 # --- NormRopeConcat(+Backward) (docs/norm_rope_concat.md §1, §2) --------------------------------------
 
 _STREAMS = (("query", "norm_type", "norm_query"), ("key", "norm_type", "norm_key"),
@@ -380,4 +392,7 @@ def _run(op, attrs, inputs, bug):
         return nrc_backward(inputs, attrs, np.asarray(inputs["grad_query_output"]).dtype, bug)
     if op == "norm_rope_concat":
         return nrc_forward(inputs, attrs, np.asarray(inputs["query"]).dtype, bug)
+    if op in ("apply_rotary_pos_emb", "apply_rotary_pos_emb_v2"):
+        return apply_rope(inputs["query"], inputs["key"], inputs["cos"], inputs["sin"],
+                          attrs.get("rotary_mode", "half"), bug)
     raise ValueError(f"unknown operator {op}")

@@ -11,6 +11,7 @@ records are those of ``refspec.ops.rope_records`` and ``refspec.ops.nrc_records`
 
 from __future__ import annotations
 
+from .apply_rope_records import APPLY_ROPE, APPLY_ROPE_V2
 from .nrc_records import NRC, NRC_GRAD
 from .record import (Autograd, Operator, Output, SweepAxes, Tensor, TensorPlan, camel_case,
                      check_names)
@@ -60,5 +61,5 @@ def get(name) -> Operator:
     return op
 
 
-for _op in (ROPE_GRAD, ROPE, NRC_GRAD, NRC):
+for _op in (ROPE_GRAD, ROPE, NRC_GRAD, NRC, APPLY_ROPE, APPLY_ROPE_V2):
     register(_op)

@@ -53,9 +53,13 @@ def dtypes_judged(report_json: Path, op_prefix: str) -> set:
             and r["output"] != "(status)"}
 
 
+#: the operators of the module tests/impls/torch_forward.py has (and their backwards)
+FOUR_OPS = ("--op", "rope_grad", "--op", "nrc_grad", "--op", "rope", "--op", "nrc")
+
+
 def test_torch_forwards_through_autograd_pass_every_case_in_every_dtype(smoke, tmp_path):
     res = run(smoke, "--impl", TORCH_FORWARD, "--framework", "torch", "--autograd",
-              "--json", tmp_path / "r.json")
+              "--json", tmp_path / "r.json", *FOUR_OPS)
     assert res.exit_code == 0, res.output[-3000:]
     last = res.output.strip().splitlines()[-1]
     assert last.startswith("PASS: ") and " 0 failed" in last
@@ -146,8 +150,9 @@ def test_the_pytest_plugin_makes_one_item_per_case(smoke, tmp_path):
         return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                                "--rootdir", str(tmp_path), "--refspec-golden", str(smoke), *args],
                               capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    four = [arg.replace("--op", "--refspec-op") for arg in FOUR_OPS]
     good = pytest_run("--refspec-impl", TORCH_FORWARD, "--refspec-framework", "torch",
-                      "--refspec-autograd")
+                      "--refspec-autograd", *four)
     assert good.returncode == 0, good.stdout[-3000:]
     assert re.search(r"^157 passed, 37 skipped", good.stdout.splitlines()[-1])
     bad = pytest_run("--refspec-impl", f"{TORCH_FORWARD}:LOST_MINUS", "--refspec-framework",

@@ -11,6 +11,7 @@ import pytest
 
 import refspec
 import refspec.goldens as goldens
+from refspec.spec.apply_rope import apply_rotary_pos_emb_terms
 from refspec import ops
 from refspec.goldens.engine import GenerateError, Run, check_expectations, generate
 from refspec.goldens.selection import shard
@@ -29,9 +30,9 @@ def smoke():
 
 @pytest.fixture(scope="module")
 def selection(smoke):
-    """Every 8th smoke case: all four operators, positive and negative cases."""
+    """Every 8th smoke case: every operator, positive and negative cases."""
     cases = smoke.cases()[::8]
-    assert {c.op for c in cases} == {"rope_grad", "rope", "nrc_grad", "nrc"}
+    assert {c.op for c in cases} == set(ops.OPERATORS)
     return cases
 
 
@@ -41,6 +42,12 @@ def golden(smoke, selection, tmp_path_factory):
     summary = generate(smoke, selection, path)
     assert summary.cases == len(selection) and summary.negative > 0
     return path
+
+
+#: the RoPE family's records: (the spec module's tolerance terms, the outputs' names in the
+#: golden file, in the order the spec function returns them)
+FAMILY = {"apply_rope": (apply_rotary_pos_emb_terms, ("query_out", "key_out")),
+          "apply_rope_v2": (apply_rotary_pos_emb_terms, ("query_out", "key_out"))}
 
 
 def spec_outputs(case):
@@ -57,6 +64,11 @@ def spec_outputs(case):
         def f(od):
             return {"y": refspec.rotary_position_embedding(x["x"], x.get("cos"), x.get("sin"),
                                                            a["mode"], soc=soc, out_dtype=od)}
+    elif p["op"] in FAMILY:
+        fn, names = getattr(refspec, ops.get(p["op"]).function), FAMILY[p["op"]][1]
+
+        def f(od):
+            return dict(zip(names, fn(**x, **a, soc=soc, out_dtype=od)))
     else:
         attrs = dict(norm_type=a["norm_type"], norm_added_type=a["norm_added_type"],
                      rope_type=a["rope_type"], concat_order=a["concat_order"])
@@ -112,6 +124,9 @@ def test_tolerance_metadata_and_axes(golden):
                 terms = rope_terms(x["x"], x["cos"], x["sin"], a["mode"], p["soc"])
             elif p["op"] == "nrc":
                 terms = norm_rope_concat_terms(a["norm_type"], a["norm_added_type"], a["rope_type"], p["D"])
+            elif p["op"] in FAMILY:
+                found, names = FAMILY[p["op"]][0](**x, **a, soc=p["soc"]), FAMILY[p["op"]][1]
+                terms = dict(zip(names, found.values()))
             else:
                 attrs = {k: a[k] for k in ("norm_type", "norm_added_type", "rope_type", "concat_order")}
                 params = inspect.signature(refspec.norm_rope_concat_backward).parameters
@@ -125,7 +140,7 @@ def test_tolerance_metadata_and_axes(golden):
                     assert same_bits(case.sum_abs[name].read(), terms[name].sum_abs)
                 else:
                     assert name not in case.sum_abs
-                want = p["layout"] if p["op"].startswith("rope") else (
+                want = p["layout"] if p["op"].startswith(("rope", "apply_rope")) else (
                     "D" if name.endswith(("weight", "bias")) else "BSN1" if name.endswith(("mean", "rstd"))
                     else "BNSD" if p["op"] == "nrc" else "BSND")
                 assert meta["axes"] == want

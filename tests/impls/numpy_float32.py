@@ -1,12 +1,12 @@
-"""A NumPy float32 implementation of the four operators under the spec's names and signatures,
+"""A NumPy float32 implementation of the operators under the spec's names and signatures,
 for ``refspec run --framework numpy``: the device-like implementations of
 ``tests/implementations.py`` (float32 arithmetic in another order than the spec's, one rounding)
 behind the profile's argument checks (the operator records' own, standing in for the aclnn
 front end).
 
 ``--impl tests/impls/numpy_float32.py`` gives the two backward functions (the module has no
-forward: its forward cases are not run); ``...numpy_float32.py:EVERY`` all four;
-``...numpy_float32.py:NAME`` a deliberately broken variant of all four (``BROKEN``).
+forward: its forward cases are not run); ``...numpy_float32.py:EVERY`` all of them;
+``...numpy_float32.py:NAME`` a deliberately broken variant of all of them (``BROKEN``).
 """
 
 from __future__ import annotations
@@ -52,6 +52,17 @@ class NumpyFloat32:
         attrs = dict(norm_type=norm_type, norm_added_type=norm_added_type, rope_type=rope_type,
                      concat_order=concat_order, eps=eps, is_training=is_training)
         return self._checked("nrc", tensors, attrs, soc)
+
+    def apply_rotary_pos_emb_v2(self, query, key, cos, sin, layout=1, rotary_mode="half", *,
+                                soc=None):
+        out = self._checked("apply_rope_v2", {"query": query, "key": key, "cos": cos, "sin": sin},
+                            {"layout": layout, "rotary_mode": rotary_mode}, soc)
+        return out["query_out"], out["key_out"]
+
+    def apply_rotary_pos_emb(self, query, key, cos, sin, layout=1, *, soc=None):
+        out = self._checked("apply_rope", {"query": query, "key": key, "cos": cos, "sin": sin},
+                            {"layout": layout}, soc)
+        return out["query_out"], out["key_out"]
 
 
 EVERY = NumpyFloat32()

@@ -109,7 +109,7 @@ def _assert_none_failed(failures):
 def test_correct_implementations_pass_every_smoke_case(tmp_path_factory):
     failures, outputs, ops, negative = _judge_golden_file(_sweep_golden(tmp_path_factory, "smoke"))
     assert outputs > 200 and negative > 0
-    assert ops == {"rope_grad", "rope", "nrc", "nrc_grad"}
+    assert ops == {"rope_grad", "rope", "nrc", "nrc_grad", "apply_rope", "apply_rope_v2"}
     _assert_none_failed(failures)
 
 

@@ -43,4 +43,5 @@ def test_readme_walkthrough_runs_in_seconds(tmp_path):
         out = subprocess.run([sys.executable, "-m", "refspec", *command.split()[1:]], cwd=tmp_path,
                              capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, (command, out.stderr)
-    assert len(list((tmp_path / "cases").rglob("case.json"))) == 194
+    stated = int(re.search(r"default tier \((\d+) cases on tiny shapes", text).group(1))
+    assert len(list((tmp_path / "cases").rglob("case.json"))) == stated
