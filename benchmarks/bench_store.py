@@ -52,10 +52,13 @@ from results import print_results
 EXE = [sys.executable, "-m", "refspec"]
 
 
-def run(*args, env=None) -> tuple[float, str]:
+def run(*args, env=None, cwd=None) -> tuple[float, str]:
+    """One command, timed; ``cwd`` outside any source tree when ``env`` names another one
+    (``python -m`` puts the working directory first on the module path)."""
     os.sync()
     t = time.perf_counter()
-    proc = subprocess.run(EXE + [str(a) for a in args], capture_output=True, text=True, env=env)
+    proc = subprocess.run(EXE + [str(a) for a in args], capture_output=True, text=True, env=env,
+                          cwd=cwd)
     elapsed = time.perf_counter() - t
     if proc.returncode:
         raise SystemExit(f"refspec {' '.join(map(str, args))} failed:\n{proc.stderr}")
@@ -184,11 +187,12 @@ def against(args, tmp: str, results: dict) -> dict:
     i = {}
     i["generate --jobs 1 s"], i["generate summary"] = run(
         "generate", "--sweep", "standard", "--tier", args.tier, "--jobs", 1, "-o", golden,
-        "--force", env=env)
-    i["export --jobs 1 s"], _ = run("export", golden, "-o", export, "--force", env=env)
+        "--force", env=env, cwd=tmp)
+    i["export --jobs 1 s"], _ = run("export", golden, "-o", export, "--force", env=env, cwd=tmp)
     golden_outputs_as_actuals(export)
     reports = [f"--{kind}={os.path.join(tmp, f'against.{kind}')}" for kind in ("json", "junit", "html")]
-    i["compare --jobs 1 s"], i["compare verdict"] = run("compare", golden, export, *reports, env=env)
+    i["compare --jobs 1 s"], i["compare verdict"] = run("compare", golden, export, *reports,
+                                                        env=env, cwd=tmp)
     mine = {"generate --jobs 1 s": results.get("(d) generate", {}).get("--jobs 1 s"),
             "export --jobs 1 s": results["(f) export"]["export --jobs 1 s"],
             "compare --jobs 1 s": results["(h) compare"]["compare --jobs 1 s"]}
@@ -208,7 +212,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     results = {"cpus": os.cpu_count(), "numpy": np.__version__, "h5py": h5py.__version__,
                "load average": os.getloadavg()}
-    tmp = args.dir or tempfile.mkdtemp(prefix="refspec-bench-store-")
+    tmp = os.path.abspath(args.dir or tempfile.mkdtemp(prefix="refspec-bench-store-"))
     os.makedirs(tmp, exist_ok=True)
     try:
         if args.golden:
