@@ -1,7 +1,7 @@
 """``refspec list`` and ``refspec generate`` (docs/sweeps.md).
 
     refspec list [--sweep NAME|PATH] [--tier T] [--op OP] [--soc S] [--dtype D] [--mode M]
-                 [--layout L] [--json]
+                 [--layout L] [--where AXIS=VALUE] [--json]
     refspec generate [--sweep NAME|PATH] [--tier T] [filters] [--case ID ...] [--seed N]
                      [--jobs N] [--shard K/N] [--resume] [--force]
                      [--compression none|lzf|gzip] -o OUT.h5
@@ -18,7 +18,7 @@ import click
 from .. import goldens, ops
 from ..goldens.engine import parts_dir
 from ..goldens.executors import SCHEDULER_ENV, SchedulerUnavailable
-from ..goldens.selection import filter_cases, normalize_filter, parse_shard, shard
+from ..goldens.selection import filter_cases, normalize_filter, parse_shard, parse_where, shard
 from ..goldens.sweep import SweepError, load_sweep
 from .usage_errors import CliError, Interrupted, check_output_file
 
@@ -42,26 +42,29 @@ def _filter_options(f):
                           "quarter, interleave-half, none (repeatable)."),
         click.option("--layout", "layouts", multiple=True, metavar="L",
                      help="Only this RoPE layout: BNSD, BSND, SBND, TND (repeatable)."),
+        click.option("--where", "where", multiple=True, metavar="AXIS=VALUE",
+                     help="Only cases whose axis AXIS has this value, e.g. style=gptj, "
+                          "mrope=16,24,24, dist=special (any axis of a record; repeatable, "
+                          "one axis given twice: either value)."),
     ]
     for opt in reversed(opts):
         f = opt(f)
     return f
 
 
-def _select(sweep_ref, tier, ops, socs, dtypes, modes, layouts, case_ids=(), seed=None):
-    """(sweep, selected cases) or CliError with one clear line."""
+def _select(sweep_ref, tier, filters: dict, case_ids=(), seed=None):
+    """(sweep, selected cases) or CliError with one clear line; ``filters`` the values of the
+    filter options by their parameter names (``ops``, ``socs``, ..., ``where``)."""
     try:
         sweep = load_sweep(sweep_ref)
-        filters = dict(ops={normalize_filter("op", v) for v in ops},
-                       socs={normalize_filter("soc", v) for v in socs},
-                       dtypes={normalize_filter("dtype", v) for v in dtypes},
-                       modes={normalize_filter("mode", v) for v in modes},
-                       layouts={normalize_filter("layout", v) for v in layouts})
+        where = [parse_where(w) for w in filters.get("where", ())]
+        filters = {kind: {normalize_filter(kind[:-1], v) for v in values}
+                   for kind, values in filters.items() if kind != "where"}
         if case_ids:
             cases = [sweep.case(cid, seed) for cid in dict.fromkeys(case_ids)]
         else:
             cases = sweep.cases(tier, seed)
-        return sweep, filter_cases(cases, **filters)
+        return sweep, filter_cases(cases, where=where, **filters)
     except SweepError as exc:
         raise CliError(str(exc)) from None
 
@@ -70,9 +73,9 @@ def _select(sweep_ref, tier, ops, socs, dtypes, modes, layouts, case_ids=(), see
 @_filter_options
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON document: every case with its parameters, seed and expected error.")
-def list_command(sweep_ref, tier, ops, socs, dtypes, modes, layouts, as_json):
+def list_command(sweep_ref, tier, as_json, **filters):
     """List the case ids of a sweep, one per line."""
-    sweep, cases = _select(sweep_ref, tier, ops, socs, dtypes, modes, layouts)
+    sweep, cases = _select(sweep_ref, tier, filters)
     if not as_json:
         for case in cases:
             click.echo(case.id)
@@ -128,13 +131,13 @@ def check_golden_output(out: str, resume: bool = False, force: bool = False) -> 
               help="HDF5 compression of the datasets (see docs/goldens.md).")
 @click.option("--output", "-o", "out", required=True, metavar="OUT.h5",
               type=click.Path(dir_okay=False), help="The golden file to write.")
-def generate_command(sweep_ref, tier, ops, socs, dtypes, modes, layouts, case_ids, seed, jobs,
-                     scheduler, shard_spec, resume, force, compression, out):
+def generate_command(sweep_ref, tier, case_ids, seed, jobs, scheduler, shard_spec, resume,
+                     force, compression, out, **filters):
     """Generate a golden HDF5 file from a sweep (default: the smoke sweep)."""
     check_golden_output(out, resume, force)
     try:
-        return _generate(sweep_ref, tier, ops, socs, dtypes, modes, layouts, case_ids, seed, jobs,
-                         scheduler, shard_spec, resume, force, compression, out)
+        return _generate(sweep_ref, tier, filters, case_ids, seed, jobs, scheduler, shard_spec,
+                         resume, force, compression, out)
     except KeyboardInterrupt as exc:
         partial = getattr(exc, "partial", None)
         if partial is None:
@@ -143,10 +146,10 @@ def generate_command(sweep_ref, tier, ops, socs, dtypes, modes, layouts, case_id
                           "same command with --resume to continue") from None
 
 
-def _generate(sweep_ref, tier, ops, socs, dtypes, modes, layouts, case_ids, seed, jobs,
-              scheduler, shard_spec, resume, force, compression, out):
+def _generate(sweep_ref, tier, filters, case_ids, seed, jobs, scheduler, shard_spec, resume,
+              force, compression, out):
     from ..goldens.engine import GenerateError, Run, check_expectations, generate
-    sweep, cases = _select(sweep_ref, tier, ops, socs, dtypes, modes, layouts, case_ids, seed)
+    sweep, cases = _select(sweep_ref, tier, filters, case_ids, seed)
     extra = {"tier": "" if case_ids else sweep.check_tier(tier)}
     if shard_spec is not None:
         try:

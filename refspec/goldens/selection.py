@@ -1,5 +1,6 @@
 """Choosing cases (docs/sweeps.md, "Selecting"; docs/compare.md): the command line's filters
-over a sweep's cases (``--op``, ``--soc``, ``--dtype``, ``--mode``, ``--layout``), shards of a
+over a sweep's cases (``--op``, ``--soc``, ``--dtype``, ``--mode``, ``--layout``, and
+``--where AXIS=VALUE`` for any axis of a record), shards of a
 selection (``--shard K/N``), and the cases of a golden file named by ids or shell patterns
 (``--case``) and operators.
 
@@ -18,7 +19,7 @@ from ..ops.axes import env_value
 from .constraints import SweepError
 from .format import UnknownCaseError
 
-__all__ = ["FILTERS", "normalize_filter", "filter_cases", "parse_shard", "shard", "match_ids",
+__all__ = ["FILTERS", "normalize_filter", "parse_where", "filter_cases", "parse_shard", "shard", "match_ids",
            "select_ids", "operator_ids"]
 
 #: the filters of ``refspec list`` / ``generate`` besides ``--op``
@@ -30,9 +31,10 @@ def _answering(kind: str) -> list:
     return [a for op in ops.OPERATORS.values() for a in op.sweep.axes if a.answers(kind)]
 
 
-def normalize_filter(kind: str, value: str):
+def normalize_filter(kind: str, value: str, option: str | None = None):
     """A ``--op``/``--soc``/``--dtype``/``--mode``/``--layout`` value in canonical form (an
-    operator's id; an axis's value), or SweepError naming what is allowed."""
+    operator's id; an axis's value), or SweepError naming what is allowed; ``option`` how the
+    message names the option (default ``--<kind>``)."""
     if kind == "op":
         v = str(value).strip()
         op = ops.find(v)
@@ -40,12 +42,31 @@ def normalize_filter(kind: str, value: str):
             raise SweepError(f"--op: unknown value {value!r}; allowed: {', '.join(ops.ids())}")
         return op.id
     allowed = []
+    text = str(value).strip()
+    spellings = [value] + ([int(text)] if re.fullmatch(r"-?\d+", text) else [])
     for axis in _answering(kind):
-        try:
-            return axis.parse(value)
-        except ValueError:
-            allowed += [str(env_value(v)) for v in axis.values if str(env_value(v)) not in allowed]
-    raise SweepError(f"--{kind}: unknown value {value!r}; allowed: {', '.join(allowed)}")
+        for spelling in spellings:          # a command line's "1" may be a number
+            try:
+                return axis.parse(spelling)
+            except ValueError:
+                pass
+        allowed += [str(env_value(v)) for v in axis.values if str(env_value(v)) not in allowed]
+    raise SweepError(f"{option or '--' + kind}: unknown value {value!r}; allowed: "
+                     f"{', '.join(allowed)}")
+
+
+def parse_where(text: str) -> tuple[str, object]:
+    """A ``--where`` value ``AXIS=VALUE``: the axis's name (of any registered operator) and the
+    value read by that axis, or SweepError naming what is allowed."""
+    name, sep, value = str(text).partition("=")
+    name = name.strip()
+    if not sep or not name:
+        raise SweepError(f"--where {text!r}: must be AXIS=VALUE, e.g. style=gptj")
+    if not _answering(name):
+        names = sorted({a.name for op in ops.OPERATORS.values() for a in op.sweep.axes})
+        raise SweepError(f"--where {text!r}: no operator has an axis {name!r}; axes: "
+                         + ", ".join(names))
+    return name, normalize_filter(name, value.strip(), f"--where {name}=")
 
 
 def _matches(case, kind: str, values) -> bool:
@@ -53,12 +74,15 @@ def _matches(case, kind: str, values) -> bool:
     return axis is not None and case.params.get(axis.name) in values
 
 
-def filter_cases(cases, *, ops=(), **filters) -> list:
-    """Cases matching every given filter: ``ops`` (record ids) and ``filters`` by kind
-    (``socs``, ``dtypes``, ``modes``, ``layouts``), each a collection of canonical values
-    (empty = any). A case whose operator has no axis answering a given filter does not match
-    it (``--layout`` keeps RoPE cases only)."""
+def filter_cases(cases, *, ops=(), where=(), **filters) -> list:
+    """Cases matching every given filter: ``ops`` (record ids), ``filters`` by kind (``socs``,
+    ``dtypes``, ``modes``, ``layouts``), each a collection of canonical values (empty = any),
+    and ``where``, (axis, value) pairs of ``parse_where`` (values of one axis: any of them). A
+    case whose operator has no axis answering a given filter does not match it (``--layout``
+    keeps the cases of operators with a layout)."""
     given = {kind[:-1]: set(v) for kind, v in filters.items() if v}
+    for kind, value in where:
+        given.setdefault(kind, set()).add(value)
     return [c for c in cases if (not ops or c.op in ops)
             and all(_matches(c, kind, values) for kind, values in given.items())]
 

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .. import ops
 from .constraints import SweepError
+
+if TYPE_CHECKING:
+    from .sweep import Block
 
 __all__ = ["Tier", "TIER_KEYS", "parse_tier", "subsample"]
 

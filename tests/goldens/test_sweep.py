@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 import hashlib
+import re
 import textwrap
 
 import pytest
 
 from refspec import ops
-from refspec.goldens.selection import filter_cases, normalize_filter, parse_shard, shard
+from refspec.goldens.selection import filter_cases, normalize_filter, parse_shard, parse_where, shard
 from refspec.goldens.sweep import Constraint, ExprError, SweepError, case_seed, load_sweep, parse_sweep
 
 BASE = """
@@ -310,6 +311,21 @@ def test_filters_and_their_errors():
                         ("soc", "910")):
         with pytest.raises(SweepError, match=f"--{kind}: unknown value"):
             normalize_filter(kind, value)
+
+
+def test_where_names_any_axis_of_a_record_and_reads_its_value():
+    cases = load_sweep("smoke").all_cases()
+    chosen = filter_cases(cases, where=[parse_where("cos=11sd"), parse_where("dist= special")])
+    assert {"rope_grad", "rope"} <= {c.op for c in chosen}
+    assert all(c.params["cos"] == "11SD" and c.params["dist"] == "special" for c in chosen)
+    either = filter_cases(cases, where=[parse_where("norm_type=1"), parse_where("norm_type=2")])
+    assert {c.params["norm_type"] for c in either} == {1, 2}
+    assert {c.op for c in either} == {"nrc", "nrc_grad"}
+    for bad, says in (("dist", "must be AXIS=VALUE"), ("=special", "must be AXIS=VALUE"),
+                      ("dsit=special", "no operator has an axis 'dsit'; axes: "),
+                      ("dist=odd", "--where dist=: unknown value 'odd'; allowed: ")):
+        with pytest.raises(SweepError, match=re.escape(says)):
+            parse_where(bad)
 
 
 def test_shards_partition_by_index_mod_n():
