@@ -23,9 +23,9 @@ import numpy as np
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 _PT_NAMES = {"bfloat16": "torch.bfloat16", "float16": "torch.float16", "float32": "torch.float32",
-             "float64": "torch.float64"}
+             "float64": "torch.float64", "int64": "torch.int64", "int32": "torch.int32"}
 _MS_NAMES = {"bfloat16": "BFloat16", "float16": "Float16", "float32": "Float32",
-             "float64": "Float64"}
+             "float64": "Float64", "int64": "Int64", "int32": "Int32"}
 
 
 def _dtype_name(a) -> str:
@@ -48,6 +48,8 @@ class DumpWriter:
             return None
         if isinstance(value, (bool, int, float)):
             return {"type": type(value).__name__, "value": value}
+        if isinstance(value, list):                  # msprobe records a list item by item
+            return [self._entry(v, record, category, f"{suffix}.{i}") for i, v in enumerate(value)]
         a = np.asarray(value)
         ext = "pt" if self.framework == "pytorch" else "npy"
         data_name = f"{record}.{category}.{suffix}.{ext}"

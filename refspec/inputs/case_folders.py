@@ -22,11 +22,11 @@ import shlex
 
 from .. import ops
 from ..ops.record import Call
-from ..spec.dtypes import dtype_name, resolve_dtype
-from ..spec.errors import AclnnError, one_line
+from ..spec.errors import one_line
 from ..goldens.layout import CASE_JSON, EXPORT_SCHEMA
-from .tensor_files import TensorFileError, bin_spec, npy_spec, read_tensor, sha256_of
-from .user_cases import UNSTATED, InputError, UserCase
+from .tensor_files import (TensorFileError, bin_spec, npy_spec, read_tensor, sha256_of,
+                           tensor_dtype)
+from .user_cases import UNSTATED, InputError, UserCase, attribute_value
 
 __all__ = ["CASE_JSON", "find_folders", "describe_folder", "describe_folders"]
 
@@ -133,9 +133,9 @@ class _Folder:
             if key not in names:
                 self.fail(f"attribute {key!r} is not one of {op.title}'s "
                           f"({', '.join(op.attributes)})")
-            if not isinstance(value, (bool, int, float, str)):
-                self.fail(f"attribute {key!r} = {value!r}: must be a number, a boolean or a "
-                          "label")
+            if not attribute_value(value):
+                self.fail(f"attribute {key!r} = {value!r}: must be a number, a boolean, a "
+                          "label or a list of numbers")
             attrs[names[key]] = value
         try:
             return op.spec_attrs(attrs)
@@ -183,8 +183,8 @@ class _Folder:
         if value is None:
             return None
         try:
-            return resolve_dtype(value)
-        except (AclnnError, TypeError) as exc:
+            return tensor_dtype(value)
+        except ValueError as exc:
             self.fail(f"{where}: {exc}")
 
     def tensor_file(self, name: str, entry: dict | None):
@@ -274,10 +274,9 @@ def describe_folder(folder: str, default_id: str) -> UserCase:
     soc = f.soc(op)
     attrs = f.attributes(op)
     specs = f.inputs(op)
-    primary = specs.get(op.inputs[0].name) or next(iter(specs.values()))
-    dtype = dtype_name(primary.dtype)
     doc = f.doc
     params = op.params_of(Call(specs, attrs, soc))
+    dtype = params["dtype"]
     if doc.get("parameters") is not None:
         stated = op.upgrade_params(doc["parameters"])
         for key, have in (("dtype", dtype), ("soc", soc)):

@@ -30,7 +30,7 @@ from ..ops.record import Call
 from ..spec.errors import one_line
 from .msprobe_dump import (FIELDS, STAGES, Dump, DumpError, DumpTensor, open_dumps,
                            what_records)
-from .user_cases import InputError, UserCase
+from .user_cases import InputError, UserCase, attribute_value
 
 __all__ = ["ApiMap", "DumpMap", "load_map", "parse_ref", "describe_dump", "dump_entries"]
 
@@ -128,15 +128,15 @@ class ApiMap:
                                  f"attributes ({', '.join(self.op.attributes) or 'none'})")
             if isinstance(value, str) and value.split(".")[0] in STAGES:
                 out[names[name]] = parse_ref(value, f"{self.where}: attributes.{name}")
-            elif isinstance(value, (bool, int, float, str)):
+            elif attribute_value(value):
                 try:                   # a value in any spelling its axis reads ("half", 0)
                     out.update(self.op.spec_attrs({names[name]: value}))
                 except ValueError as exc:
                     raise InputError(f"{self.where}: attributes.{exc}") from None
             else:
                 raise InputError(f"{self.where}: attributes.{name} must be a number, a boolean, "
-                                 "a label (\"half\") or a dump reference such as "
-                                 "\"forward.kwargs.rotary_mode\"")
+                                 "a label (\"half\"), a list of numbers ([16, 24, 24]) or a "
+                                 "dump reference such as \"forward.kwargs.rotary_mode\"")
         return out
 
     @property
@@ -211,9 +211,17 @@ def _check_pair(dump: Dump, forward: str, backward: str) -> None:
 
 
 def _attribute(dump: Dump, records: dict, ref, where: str):
+    """The value of a dumped argument: a number, boolean or string, or a tuple of numbers (a
+    list argument, which dump.json records as a list of values)."""
     stage, field, key = ref
     item = dump.item(records[stage], field, key)
-    value = item.get("value") if isinstance(item, dict) else None
+    if isinstance(item, list):
+        value = tuple(v.get("value") if isinstance(v, dict) else None for v in item)
+        if attribute_value(value):
+            return value
+        value = None
+    else:
+        value = item.get("value") if isinstance(item, dict) else None
     if not isinstance(value, (bool, int, float, str)):
         raise InputError(f"{where}: {records[stage]} {field}[{key}] is "
                          f"{json.dumps(item)[:80]}, not a value; give the attribute's value "
@@ -234,9 +242,12 @@ def _call_case(m: ApiMap, dump: Dump, api: str, call: int, records: dict, source
     tensors: dict[str, DumpTensor] = {}
     for name, (stage, field, key) in m.inputs.items():
         t = dump.tensor(records[stage], field, key)
-        if t.dtype is None:
+        spec_tensor = next(s for s in m.op.inputs if s.name == name)
+        if t.dtype is None or not spec_tensor.allows(t.dtype):
+            allowed = "an integer dtype" if spec_tensor.is_index else (
+                "float16, bfloat16, float32 or float64")
             raise InputError(f"{where}: input {name} ({_ref_text((stage, field, key))}) has dtype "
-                             f"{t.dtype_text!r}, not float16, bfloat16, float32 or float64")
+                             f"{t.dtype_text!r}, not {allowed}")
         if t.data_name is None or not os.path.isfile(t.path):
             raise InputError(f"{where}: input {name} ({_ref_text((stage, field, key))}): "
                              + ("no data_name (the dump holds statistics only: dump with task = "

@@ -59,7 +59,10 @@ FIELDS = {"forward": {"input": "input_args", "kwargs": "input_kwargs", "output":
 
 _DTYPES = {"bfloat16": bfloat16, "float16": np.dtype(np.float16), "half": np.dtype(np.float16),
            "float32": np.dtype(np.float32), "float": np.dtype(np.float32),
-           "float64": np.dtype(np.float64), "double": np.dtype(np.float64)}
+           "float64": np.dtype(np.float64), "double": np.dtype(np.float64),
+           "int64": np.dtype(np.int64), "long": np.dtype(np.int64), "int32": np.dtype(np.int32),
+           "int": np.dtype(np.int32), "int16": np.dtype(np.int16), "int8": np.dtype(np.int8),
+           "uint8": np.dtype(np.uint8)}
 _RECORD = re.compile(r"^(?P<api>.+)\.(?P<call>\d+)\.(?P<stage>forward|backward)$")
 #: a module's records put the stage before the call number: Module.0.rope.ApplyRope.forward.0
 _MODULE_RECORD = re.compile(r"^(?P<api>(?:Module|Cell)\..+)\.(?P<stage>forward|backward)"
@@ -79,8 +82,8 @@ class DumpError(ValueError):
 
 
 def parse_dtype(text) -> np.dtype | None:
-    """``torch.bfloat16``, ``BFloat16``, ``mindspore.float16``, ``Float32`` -> a dtype (None for
-    anything else, integers included)."""
+    """``torch.bfloat16``, ``BFloat16``, ``mindspore.float16``, ``Float32``, ``torch.int64``
+    (an index tensor: positions) -> a dtype (None for anything else)."""
     if not isinstance(text, str):
         return None
     return _DTYPES.get(text.rsplit(".", 1)[-1].lower())
@@ -183,7 +186,7 @@ class DumpTensor:
     def _check(self) -> None:
         if self.dtype is None:
             known = sorted({dtype_name(d) for d in _DTYPES.values()})
-            self._fail(f"dtype {self.dtype_text!r} is not a floating dtype refspec knows "
+            self._fail(f"dtype {self.dtype_text!r} is not a tensor dtype refspec knows "
                        f"(allowed: {', '.join(known)})")
         if self.data_name is None:
             self._fail("no data_name: the tensor was not saved (dump with task = \"tensor\", "

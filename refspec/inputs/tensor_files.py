@@ -4,8 +4,9 @@
 16-bit patterns; its dtype and shape must come from elsewhere, and its byte size must match
 them. ``.npy`` is read with ``allow_pickle=False``; NumPy has no bfloat16, so a bfloat16 array
 appears as uint16 bits (what ``refspec export`` writes) or as 2-byte voids (what ``np.save``
-writes for an ml_dtypes array). ``npy_spec`` reads only the header, ``read_tensor`` the
-data. Every problem is a ``TensorFileError`` naming the file and what was expected.
+writes for an ml_dtypes array). Index tensors (RopeWithSinCosCache's positions) are integer
+arrays: ``INDEX_DTYPES``. ``npy_spec`` reads only the header, ``read_tensor`` the data. Every
+problem is a ``TensorFileError`` naming the file and what was expected.
 """
 
 from __future__ import annotations
@@ -18,15 +19,37 @@ from math import prod
 import numpy as np
 
 from ..goldens.format import bits_to_bfloat16, stored_dtype
-from ..spec.dtypes import bfloat16, dtype_name
+from ..spec.dtypes import MATH_DTYPES, bfloat16, dtype_name, resolve_dtype
+from ..spec.errors import AclnnError
 from ..spec.errors import one_line
 
-__all__ = ["TensorFileError", "TensorFile", "read_npy_header", "npy_spec", "bin_spec",
-           "read_tensor", "real_dtype_of", "sha256_of", "size_hint"]
+__all__ = ["TensorFileError", "TensorFile", "INDEX_DTYPES", "tensor_dtype", "read_npy_header",
+           "npy_spec", "bin_spec", "read_tensor", "real_dtype_of", "sha256_of", "size_hint"]
+
+#: the dtypes of index tensors (positions) a file may hold besides the four float dtypes
+INDEX_DTYPES = tuple(np.dtype(t) for t in (np.int64, np.int32, np.int16, np.int8, np.uint8))
 
 
 class TensorFileError(ValueError):
     """A tensor file that cannot be used as described (one line)."""
+
+
+def tensor_dtype(value) -> np.dtype:
+    """The dtype a description names: a float dtype by any name ``resolve_dtype`` reads
+    (``bf16``, ``float32``, ...) or an integer dtype of ``INDEX_DTYPES`` (``int64``, ...);
+    ValueError naming the allowed ones otherwise."""
+    try:
+        return resolve_dtype(value)
+    except AclnnError:
+        pass
+    try:
+        dt = np.dtype(value)
+    except TypeError:
+        dt = None
+    if dt not in INDEX_DTYPES:
+        allowed = [dtype_name(d) for d in MATH_DTYPES + INDEX_DTYPES]
+        raise ValueError(f"dtype {value!r} is not allowed; allowed: {', '.join(allowed)}")
+    return dt
 
 
 def read_npy_header(path: str):
@@ -48,16 +71,20 @@ def read_npy_header(path: str):
 
 def real_dtype_of(stored: np.dtype, declared: np.dtype | None) -> np.dtype | None:
     """The real dtype of a .npy's stored dtype: the declared one when the file can hold it
-    (bfloat16 as bfloat16, uint16 or 2-byte void), else None; without a declaration uint16 and
-    2-byte voids are bfloat16 bits and floats are themselves."""
+    (bfloat16 as bfloat16, uint16 or 2-byte void; an integer dtype as itself), else None;
+    without a declaration uint16 and 2-byte voids are bfloat16 bits and floats and the other
+    ``INDEX_DTYPES`` are themselves."""
     stored = np.dtype(stored)
     bits = stored.kind in "uV" and stored.itemsize == 2 and not stored.fields
+    native = np.dtype(stored.newbyteorder("=")) if stored.kind in "fiu" else stored
     if declared is None:
         if bits:
             return bfloat16
-        if stored.kind == "f" or stored == bfloat16:
-            return np.dtype(stored.newbyteorder("="))
+        if stored.kind == "f" or stored == bfloat16 or native in INDEX_DTYPES:
+            return native
         return None
+    if np.dtype(declared).kind in "iu":
+        return declared if native == np.dtype(declared) else None
     if declared == bfloat16:
         return bfloat16 if bits or stored == bfloat16 else None
     if stored.kind == "f" and stored.itemsize == declared.itemsize and stored != bfloat16:
@@ -92,7 +119,9 @@ def npy_spec(path: str, dtype: np.dtype | None = None, shape=None) -> TensorFile
     fshape, fortran, stored, offset = read_npy_header(path)
     real = real_dtype_of(stored, dtype)
     if real is None:
-        want = f"a {dtype_name(dtype)} array" if dtype is not None else "a floating array"
+        name = dtype_name(dtype) if dtype is not None else None
+        want = (f"{'an' if name[0] in 'aeiou' else 'a'} {name} array" if name is not None
+                else "a floating or integer array")
         raise TensorFileError(f"{path}: holds {stored}, expected {want}"
                               + (" (or its uint16 bits)" if dtype == bfloat16 else ""))
     if shape is not None and tuple(shape) != fshape:

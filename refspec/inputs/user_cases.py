@@ -24,7 +24,8 @@ from ..goldens.engine import Summary
 from ..goldens.format import check_case_id
 from .tensor_files import TensorFileError
 
-__all__ = ["InputError", "UserCase", "UNSTATED", "write_user_cases", "check_ids"]
+__all__ = ["InputError", "UserCase", "UNSTATED", "write_user_cases", "check_ids",
+           "attribute_value"]
 
 #: a case whose description says nothing about the outcome the profile must give
 UNSTATED = "unstated"
@@ -33,6 +34,15 @@ UNSTATED = "unstated"
 class InputError(ValueError):
     """User inputs that cannot make a case: one line naming where (folder and file, or dump
     record) and what was expected."""
+
+
+def attribute_value(value) -> bool:
+    """Whether a user's file may give ``value`` as an attribute: a number, a boolean, a label,
+    or a list of numbers (RopeWithSinCosCache's mrope_section); its axis reads it."""
+    if isinstance(value, (bool, int, float, str)):
+        return True
+    return (isinstance(value, (list, tuple)) and len(value) > 0
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value))
 
 
 @dataclass

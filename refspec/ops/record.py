@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 
-from ..spec.dtypes import dtype_name, resolve_dtype
+from ..spec.dtypes import bfloat16, dtype_name, resolve_dtype
 from ..spec.errors import AclnnError
 from .axes import Axis, Shape
 
@@ -42,11 +42,23 @@ class Call(NamedTuple):
 class Tensor:
     """An input: the spec function's parameter ``name``, its aclnn parameter name (the stem of
     its vendor file, e.g. ``gradQueryOutput.bin``) and its sampling ``role``: data, grad,
-    weight, bias (drawn), table (cos/sin drawn together), stats (derived from other inputs)."""
+    weight, bias (drawn), table (cos/sin drawn together), stats (derived from other inputs),
+    index (integers the record plans: positions)."""
 
     name: str
     aclnn: str
     role: str
+
+    @property
+    def is_index(self) -> bool:
+        """An integer tensor (its dtype is not the case's dtype)."""
+        return self.role == "index"
+
+    def allows(self, dtype) -> bool:
+        """Whether a file or dump may hold this tensor in ``dtype``: an integer dtype for an
+        index tensor, a float one otherwise (the spec's checks judge the rest)."""
+        kind = np.dtype(dtype).kind
+        return kind in "iu" if self.is_index else (kind == "f" or np.dtype(dtype) == bfloat16)
 
 
 @dataclass(frozen=True)
@@ -306,13 +318,14 @@ class Operator:
         return out
 
     def spec_attrs(self, attrs: dict) -> dict:
-        """Attribute values in any spelling their axes read (``rotary_mode="half"``) as the
-        spec function takes them; ValueError for a string no axis reads."""
+        """Attribute values in any spelling their axes read (``rotary_mode="half"``,
+        ``mrope_section=[16, 24, 24]``) as the spec function takes them; ValueError for a string
+        or list no axis reads."""
         by_attr = {a.attr: a for a in self.sweep.axes if a.attr is not None}
         out = {}
         for k, v in attrs.items():
             axis = by_attr.get(k)
-            if axis is not None and isinstance(v, str):
+            if axis is not None and isinstance(v, (str, list, tuple)):
                 try:
                     v = axis.parse(v)
                 except ValueError as exc:
@@ -324,7 +337,8 @@ class Operator:
         """The parameters that name a call (an in-memory case, a dump's call, a case folder):
         each attribute as its axis stores it, what the tensors decide, the profile and dtype."""
         tensors = {k: v for k, v in call.inputs.items() if v is not None}
-        primary = next((tensors[n] for n in self.input_names if n in tensors), None)
+        primary = next((tensors[t.name] for t in self.inputs if t.name in tensors
+                        and not t.is_index), None)
         dtype = None if primary is None else dtype_name(getattr(primary, "dtype", None)
                                                         or np.asarray(primary).dtype)
         attrs = self.complete_attrs(call.attrs)

@@ -231,7 +231,10 @@ def test_every_malformed_folder_is_one_clear_error(rng, tmp_path):
                                          attributes={"mode": "spiral"}))
     _reject(d, "attribute mode", "'spiral'", "allowed: half, interleave")
     d, _, _ = fresh("list_attr", doc=dict(operator="rope_grad", soc="A2", attributes={"mode": [0]}))
-    _reject(d, "attribute 'mode'", "must be a number")
+    _reject(d, "attribute mode: unknown value [0]", "allowed: half")
+    d, _, _ = fresh("dict_attr", doc=dict(operator="rope_grad", soc="A2",
+                                          attributes={"mode": {"value": 0}}))
+    _reject(d, "attribute 'mode' = {'value': 0}", "must be a number, a boolean, a label or a list")
     d, _, _ = fresh("extra", doc=dict(operator="rope_grad", soc="A2", attributes={}, shapes={}))
     _reject(d, "unknown field(s) shapes")
 
@@ -333,3 +336,23 @@ def test_files_entries_may_name_the_tensor_and_bfloat16_may_be_2_byte_voids(rng,
     got = case.load()
     assert {k: v.dtype for k, v in got.items()} == dict.fromkeys(inputs, BF16)
     assert all(got[k].tobytes() == inputs[k].tobytes() for k in inputs)
+
+
+def test_index_tensors_are_read_in_their_integer_dtype(tmp_path):
+    """Positions as .npy (the header's int64) and .bin (a files entry's int32); a float file
+    declared int64, or an integer dtype no tensor has, is one clear error."""
+    from refspec.inputs.tensor_files import (TensorFileError, bin_spec, npy_spec, read_tensor,
+                                             tensor_dtype)
+    pos = np.array([[0, 5, 2], [1, 1, 7]], dtype=np.int64)
+    np.save(tmp_path / "p.npy", pos)
+    got = read_tensor(npy_spec(str(tmp_path / "p.npy")))
+    assert got.dtype == np.int64 and np.array_equal(got, pos)
+    pos.astype(np.int32).tofile(tmp_path / "p.bin")
+    got = read_tensor(bin_spec(str(tmp_path / "p.bin"), tensor_dtype("int32"), [2, 3]))
+    assert got.dtype == np.int32 and np.array_equal(got, pos)
+    np.save(tmp_path / "f.npy", pos.astype(np.float64))
+    with pytest.raises(TensorFileError, match="holds float64, expected an int64 array"):
+        npy_spec(str(tmp_path / "f.npy"), tensor_dtype("int64"))
+    with pytest.raises(ValueError, match="'complex64' is not allowed; allowed: float16, "
+                                         "bfloat16, float32, float64, int64, int32"):
+        tensor_dtype("complex64")
