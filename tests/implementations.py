@@ -203,6 +203,35 @@ def apply_rope(query, key, cos, sin, rotary_mode="half", bug=None):
             "key_out": rope_forward(key, cos, sin, mode, bug)["y"]}
 
 
+def rope_cache(positions, query, key, cache, head_size, mrope_section=None, neox=True,
+               bug=None):
+    """RopeWithSinCosCache: each token's cache row, split into cos and sin halves (in mrope
+    mode section j from position row j), o1 = x1*cos - x2*sin and o2 = x2*cos + x1*sin on the
+    pairs of each head's rotary prefix (halves for GPT-NeoX, neighbours for GPT-J), the rest of
+    the head copied (docs/rope_with_sin_cos_cache.md §1)."""
+    c32 = _f32(cache)
+    half = c32.shape[-1] // 2
+    rows = c32[np.asarray(positions)]                    # (T, R) or (3, T, R)
+    if mrope_section is not None:
+        owner = np.repeat(np.arange(3), list(mrope_section))   # the position row of each angle
+        rows = np.concatenate([rows[owner, :, np.arange(half)].T,
+                               rows[owner, :, half + np.arange(half)].T], axis=-1)
+    cos, sin = rows[:, None, :half], rows[:, None, half:]
+    outs = []
+    for x in (query, key):
+        dt = np.asarray(x).dtype
+        h = _f32(x).reshape(x.shape[0], -1, head_size).copy()
+        i1 = np.arange(half) if neox else 2 * np.arange(half)
+        i2 = i1 + half if neox else i1 + 1
+        x1, x2 = h[..., i1], h[..., i2]
+        sign = 1 if bug == "lost_minus" else -1
+        h[..., i1] = sign * (sin * x2) + cos * x1
+        h[..., i2] = sin * x1 + cos * x2
+        y = (round_toward_zero if bug == "truncation" else _to16_rne)(h.reshape(x.shape), dt)
+        outs.append(y)
+    return {"query_out": outs[0], "key_out": outs[1]}
+
+
 # --- NormRopeConcat(+Backward) (docs/norm_rope_concat.md §1, §2) --------------------------------------
 
 _STREAMS = (("query", "norm_type", "norm_query"), ("key", "norm_type", "norm_key"),
@@ -395,4 +424,8 @@ def _run(op, attrs, inputs, bug):
     if op in ("apply_rotary_pos_emb", "apply_rotary_pos_emb_v2"):
         return apply_rope(inputs["query"], inputs["key"], inputs["cos"], inputs["sin"],
                           attrs.get("rotary_mode", "half"), bug)
+    if op == "rope_with_sin_cos_cache":
+        return rope_cache(inputs["positions"], inputs["query"], inputs["key"],
+                          inputs["cos_sin_cache"], int(attrs["head_size"]),
+                          attrs.get("mrope_section"), attrs.get("is_neox_style", True), bug)
     raise ValueError(f"unknown operator {op}")

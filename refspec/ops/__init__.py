@@ -15,6 +15,7 @@ from .apply_rope_records import APPLY_ROPE, APPLY_ROPE_V2
 from .nrc_records import NRC, NRC_GRAD
 from .record import (Autograd, Operator, Output, SweepAxes, Tensor, TensorPlan, camel_case,
                      check_names)
+from .rope_cache_records import ROPE_CACHE
 from .rope_records import ROPE, ROPE_GRAD
 
 __all__ = ["Operator", "Tensor", "Output", "TensorPlan", "SweepAxes", "Autograd", "camel_case", "OPERATORS",
@@ -61,5 +62,5 @@ def get(name) -> Operator:
     return op
 
 
-for _op in (ROPE_GRAD, ROPE, NRC_GRAD, NRC, APPLY_ROPE, APPLY_ROPE_V2):
+for _op in (ROPE_GRAD, ROPE, NRC_GRAD, NRC, APPLY_ROPE, APPLY_ROPE_V2, ROPE_CACHE):
     register(_op)

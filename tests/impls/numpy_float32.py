@@ -64,6 +64,14 @@ class NumpyFloat32:
                             {"layout": layout}, soc)
         return out["query_out"], out["key_out"]
 
+    def rope_with_sin_cos_cache(self, positions, query, key, cos_sin_cache, head_size,
+                                mrope_section=None, is_neox_style=True, *, soc=None):
+        out = self._checked("rope_cache", {"positions": positions, "query": query, "key": key,
+                                           "cos_sin_cache": cos_sin_cache},
+                            {"head_size": head_size, "mrope_section": mrope_section,
+                             "is_neox_style": is_neox_style}, soc)
+        return out["query_out"], out["key_out"]
+
 
 EVERY = NumpyFloat32()
 rotary_position_embedding_grad = EVERY.rotary_position_embedding_grad

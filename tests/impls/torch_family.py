@@ -59,14 +59,49 @@ class TorchFamily:
                {"layout": layout}, soc)
         return (self._embed(query, cos, sin, "half"), self._embed(key, cos, sin, "half"))
 
+    def rope_with_sin_cos_cache(self, positions, query, key, cos_sin_cache, head_size,
+                                mrope_section=None, is_neox_style=True, *, soc=None):
+        """vLLM's ``_apply_rotary_emb`` on the cache rows of the positions; in mrope mode
+        Qwen2-VL's choice of the position row of each section."""
+        _check("rope_cache", {"positions": positions, "query": query, "key": key,
+                              "cos_sin_cache": cos_sin_cache},
+               {"head_size": head_size, "mrope_section": mrope_section,
+                "is_neox_style": is_neox_style}, soc)
+        cos, sin = _work(cos_sin_cache[positions]).chunk(2, dim=-1)
+        if mrope_section is not None:
+            pick = 0 if self.bug == "one_position_row" else None
+            cos, sin = (torch.cat([m[i if pick is None else pick] for i, m in
+                                   enumerate(t.split(list(mrope_section), dim=-1))], dim=-1)
+                        for t in (cos, sin))
+        return (self._cache_embed(query, cos, sin, head_size, is_neox_style),
+                self._cache_embed(key, cos, sin, head_size, is_neox_style))
+
+    def _cache_embed(self, x, cos, sin, head_size, neox):
+        T = x.shape[0]
+        heads = x.view(T, -1, head_size)
+        rotary = cos.shape[-1] * 2
+        x_rot, x_pass = _work(heads[..., :rotary]), heads[..., rotary:]
+        c, s = cos[:, None, :], sin[:, None, :]
+        x1, x2 = x_rot.chunk(2, dim=-1) if neox else (x_rot[..., 0::2], x_rot[..., 1::2])
+        o1, o2 = x1 * c - x2 * s, x2 * c + x1 * s
+        out = torch.cat((o1, o2), dim=-1) if neox else torch.stack((o1, o2), dim=-1).flatten(-2)
+        if self.bug == "pass_through_rotated":
+            x_pass = -x_pass
+        return torch.cat((out.to(x.dtype), x_pass), dim=-1).reshape(T, -1)
+
 
 _CORRECT = TorchFamily()
 apply_rotary_pos_emb = _CORRECT.apply_rotary_pos_emb
 apply_rotary_pos_emb_v2 = _CORRECT.apply_rotary_pos_emb_v2
+rope_with_sin_cos_cache = _CORRECT.rope_with_sin_cos_cache
 
 #: the deliberately broken variants: ``--impl torch_family.py:NAME``
-BROKEN = {name: TorchFamily(name) for name in ("sin_sign", "key_untouched")}
+BROKEN = {name: TorchFamily(name) for name in ("sin_sign", "key_untouched", "one_position_row",
+                                               "pass_through_rotated")}
 sin_sign = BROKEN["sin_sign"]
 key_untouched = BROKEN["key_untouched"]
+one_position_row = BROKEN["one_position_row"]
+pass_through_rotated = BROKEN["pass_through_rotated"]
 
-__all__ = ["TorchFamily", "BROKEN", "apply_rotary_pos_emb", "apply_rotary_pos_emb_v2"]
+__all__ = ["TorchFamily", "BROKEN", "apply_rotary_pos_emb", "apply_rotary_pos_emb_v2",
+           "rope_with_sin_cos_cache"]

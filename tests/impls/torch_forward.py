@@ -26,9 +26,14 @@ _NUMPY = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: n
           torch.bfloat16: ml_dtypes.bfloat16}
 
 
+def _numpy_dtype(dtype) -> np.dtype:
+    """The NumPy dtype of a torch dtype (bfloat16 as ml_dtypes')."""
+    return _NUMPY.get(dtype) or torch.empty((), dtype=dtype).numpy().dtype
+
+
 def _check(op: str, tensors: dict, attrs: dict, soc) -> None:
     """The profile's argument checks on arrays of the tensors' shapes and dtypes."""
-    arrays = {k: None if t is None else np.broadcast_to(np.zeros((), _NUMPY.get(t.dtype, np.int8)),
+    arrays = {k: None if t is None else np.broadcast_to(np.zeros((), _numpy_dtype(t.dtype)),
                                                         tuple(t.shape))
               for k, t in tensors.items()}
     ops.get(op).generation.check(Call(arrays, attrs, soc))

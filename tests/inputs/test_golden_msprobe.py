@@ -126,6 +126,51 @@ def test_each_mapped_call_is_a_case_computed_by_the_spec_on_the_dumped_inputs(tm
                 t["x"], t["cos"], t["sin"], mode=0, soc="A2", out_dtype=np.float64))
 
 
+MROPE_MAP = """
+[[api]]
+name = "npu_mrope"
+operator = "rope_cache"
+soc = "A2"
+inputs = { positions = "forward.input.0", query = "forward.input.1", key = "forward.input.2", cos_sin_cache = "forward.input.3" }
+attributes = { head_size = "forward.input.4", mrope_section = "forward.kwargs.mrope_section", is_neox_style = true }
+outputs = { query_out = "forward.output.0", key_out = "forward.output.1" }
+"""
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_an_integer_positions_tensor_is_read_from_the_dump(tmp_path, rng, framework):
+    """npu_mrope's int64 positions (3, T) come in as they were dumped; a float positions
+    tensor is one clear error naming the dtype an index tensor needs."""
+    _needs(framework)
+    T, H = 6, 128
+    positions = rng.integers(0, 12, (3, T)).astype(np.int64)
+    query = rng.standard_normal((T, 2 * H)).astype(BF16)
+    key = rng.standard_normal((T, H)).astype(BF16)
+    cache = rng.uniform(-1, 1, (12, 128)).astype(BF16)
+    w = DumpWriter(tmp_path / "dump", framework)
+    w.forward("npu_mrope", 0, [positions, query, key, cache, H],
+              {"mrope_section": [16, 24, 24]}, [query, key])
+    w.close()
+    (tmp_path / "map.toml").write_text(MROPE_MAP)
+    [case] = describe_dump(tmp_path / "dump", tmp_path / "map.toml")
+    write_user_cases(tmp_path / "g.h5", [case], sweep_name="msprobe", sweep_definition="")
+    with goldens.open(tmp_path / "g.h5") as gf:
+        got = gf[case.case_id]
+        assert got.params["dtype"] == "bfloat16" and got.params["mrope"] == "16,24,24"
+        stored = got.inputs["positions"][()]
+        assert stored.dtype == np.int64 and np.array_equal(stored, positions)
+        want = refspec.rope_with_sin_cos_cache(positions, query, key, cache, H, (16, 24, 24),
+                                               soc="A2", out_dtype=np.float64)
+        np.testing.assert_array_equal(got.exact["query_out"][()], want.query)
+    w = DumpWriter(tmp_path / "bad", framework)
+    w.forward("npu_mrope", 0, [positions.astype(np.float32), query, key, cache, H],
+              {"mrope_section": [16, 24, 24]}, [query, key])
+    w.close()
+    with pytest.raises(InputError, match="input positions .* has dtype .*[Ff]loat32.*, not an "
+                                         "integer dtype"):
+        describe_dump(tmp_path / "bad", tmp_path / "map.toml")
+
+
 def test_normropeconcat_backward_takes_the_statistics_of_its_forward_record(tmp_path, rng):
     w = DumpWriter(tmp_path / "dump", "mindspore")
     t = nrc_call(w, rng)

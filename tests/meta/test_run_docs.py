@@ -79,3 +79,67 @@ def test_the_apply_rotary_pos_emb_module_of_the_docs_runs(tmp_path):
     res = refspec("run", "apply-a2.h5", "--impl", "my_npu_apply_rope.py", "--framework", "torch")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr
     assert res.stdout.strip().splitlines()[-1].startswith("PASS: ")
+
+
+MROPE_STAND_IN = '''
+import ml_dtypes
+import numpy as np
+import torch
+
+from refspec.spec.rope_cache_checks import check_rope_cache_args
+
+
+def _like(t):
+    """A NumPy array of the tensor's shape and dtype, for the front end's checks."""
+    dtype = ml_dtypes.bfloat16 if t.dtype == torch.bfloat16 else torch.empty((), dtype=t.dtype).numpy().dtype
+    return np.broadcast_to(np.zeros((), dtype), tuple(t.shape))
+
+
+def npu_mrope(positions, query, key, cos_sin_cache, head_size, mrope_section=(0, 0, 0),
+              rotary_mode="half"):
+    """As the NPU operator: the A2 front end's checks (a RuntimeError carrying the aclnn code),
+    sections (0, 0, 0) as rope mode, float32 arithmetic."""
+    rope_mode = mrope_section[0] <= 0
+    try:
+        check_rope_cache_args("npu_mrope", *map(_like, (positions, query, key, cos_sin_cache)),
+                              head_size, None if rope_mode else tuple(mrope_section),
+                              rotary_mode == "half", "A2")
+    except ValueError as exc:
+        raise RuntimeError(str(exc)) from None
+    cos, sin = cos_sin_cache[positions].float().chunk(2, dim=-1)
+    if not rope_mode:
+        cos, sin = (torch.cat([m[i] for i, m in enumerate(t.split(mrope_section, dim=-1))], -1)
+                    for t in (cos, sin))
+    c, s = cos[:, None, :], sin[:, None, :]
+    outs = []
+    for x in (query, key):
+        h = x.view(x.shape[0], -1, head_size).float()
+        r = h[..., :2 * c.shape[-1]]
+        if rotary_mode == "half":
+            x1, x2 = r.chunk(2, dim=-1)
+            rot = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+        else:
+            x1, x2 = r[..., 0::2], r[..., 1::2]
+            rot = torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).flatten(-2)
+        outs.append(torch.cat((rot, h[..., rot.shape[-1]:]), dim=-1).to(x.dtype).view(x.shape))
+    return tuple(outs)
+'''
+
+
+def test_the_npu_mrope_module_of_the_docs_runs(tmp_path):
+    text = (DOCS / "run.md").read_text()
+    module = re.search(r"```python\n(# my_npu_mrope\.py\n.*?)```", text, flags=re.S).group(1)
+    (tmp_path / "my_npu_mrope.py").write_text(module)
+    (tmp_path / "torch_npu.py").write_text(MROPE_STAND_IN)
+    path = filter(None, (str(tmp_path), os.environ.get("PYTHONPATH")))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+
+    def refspec(*args):
+        return subprocess.run([sys.executable, "-m", "refspec", *args], capture_output=True,
+                              text=True, cwd=tmp_path, env=env, timeout=600)
+    made = refspec("generate", "--op", "rope_cache", "--soc", "A2", "-o", "cache-a2.h5")
+    assert made.returncode == 0, made.stderr
+    res = refspec("run", "cache-a2.h5", "--impl", "my_npu_mrope.py", "--framework", "torch")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr
+    last = res.stdout.strip().splitlines()[-1]
+    assert last.startswith("PASS: ") and " 0 failed" in last

@@ -31,7 +31,8 @@ def test_three_names_each():
         ("nrc_grad", "norm_rope_concat_backward", "aclnnNormRopeConcatBackward"),
         ("nrc", "norm_rope_concat", "aclnnNormRopeConcat"),
         ("apply_rope", "apply_rotary_pos_emb", "aclnnApplyRotaryPosEmb"),
-        ("apply_rope_v2", "apply_rotary_pos_emb_v2", "aclnnApplyRotaryPosEmbV2")]
+        ("apply_rope_v2", "apply_rotary_pos_emb_v2", "aclnnApplyRotaryPosEmbV2"),
+        ("rope_cache", "rope_with_sin_cos_cache", "aclnnRopeWithSinCosCache")]
     for record in ops.OPERATORS.values():
         assert all(ops.get(name) is record for name in record.names)
     with pytest.raises(KeyError, match="unknown operator"):
