@@ -424,6 +424,8 @@ def _run(op, attrs, inputs, bug):
     if op in ("apply_rotary_pos_emb", "apply_rotary_pos_emb_v2"):
         return apply_rope(inputs["query"], inputs["key"], inputs["cos"], inputs["sin"],
                           attrs.get("rotary_mode", "half"), bug)
+    if op == "interleave_rope":       # mode 3: the pairs apart, then rotate half (docs/interleave_rope.md §1)
+        return rope_forward(inputs["x"], inputs["cos"], inputs["sin"], 3, bug)
     if op == "rope_with_sin_cos_cache":
         return rope_cache(inputs["positions"], inputs["query"], inputs["key"],
                           inputs["cos_sin_cache"], int(attrs["head_size"]),

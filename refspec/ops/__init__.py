@@ -12,6 +12,7 @@ records are those of ``refspec.ops.rope_records`` and ``refspec.ops.nrc_records`
 from __future__ import annotations
 
 from .apply_rope_records import APPLY_ROPE, APPLY_ROPE_V2
+from .interleave_rope_records import INTERLEAVE_ROPE
 from .nrc_records import NRC, NRC_GRAD
 from .record import (Autograd, Operator, Output, SweepAxes, Tensor, TensorPlan, camel_case,
                      check_names)
@@ -62,5 +63,6 @@ def get(name) -> Operator:
     return op
 
 
-for _op in (ROPE_GRAD, ROPE, NRC_GRAD, NRC, APPLY_ROPE, APPLY_ROPE_V2, ROPE_CACHE):
+for _op in (ROPE_GRAD, ROPE, NRC_GRAD, NRC, APPLY_ROPE, APPLY_ROPE_V2, ROPE_CACHE,
+            INTERLEAVE_ROPE):
     register(_op)

@@ -12,6 +12,7 @@ import pytest
 import refspec
 import refspec.goldens as goldens
 from refspec.spec.apply_rope import apply_rotary_pos_emb_terms
+from refspec.spec.irope import interleave_rope_terms
 from refspec.spec.rope_cache import rope_with_sin_cos_cache_terms
 from refspec import ops
 from refspec.goldens.engine import GenerateError, Run, check_expectations, generate
@@ -49,13 +50,14 @@ def golden(smoke, selection, tmp_path_factory):
 #: golden file, in the order the spec function returns them)
 FAMILY = {"apply_rope": (apply_rotary_pos_emb_terms, ("query_out", "key_out")),
           "apply_rope_v2": (apply_rotary_pos_emb_terms, ("query_out", "key_out")),
-          "rope_cache": (rope_with_sin_cos_cache_terms, ("query_out", "key_out"))}
+          "rope_cache": (rope_with_sin_cos_cache_terms, ("query_out", "key_out")),
+          "interleave_rope": (interleave_rope_terms, ("y",))}
 
 
 def stored_axes(p: dict, name: str) -> str:
     """The axes an output is stored with (docs/goldens.md): RoPE's the case's layout, the
     family's those of their tensors, NormRopeConcat's by tensor."""
-    fixed = {"rope_cache": "TD"}
+    fixed = {"rope_cache": "TD", "interleave_rope": "BNSD"}
     if p["op"] in fixed:
         return fixed[p["op"]]
     if p["op"].startswith(("rope", "apply_rope")):

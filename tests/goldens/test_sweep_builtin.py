@@ -76,7 +76,8 @@ def test_smoke_has_negative_cases_of_every_error_code_and_profile(smoke):
     socs = {soc for v in codes.values() for _op, soc in v}
     assert {"A2", "950"} <= socs
     ops = {op for v in codes.values() for op, _soc in v}
-    assert ops == {"rope_grad", "rope", "nrc_grad", "nrc", "apply_rope_v2", "rope_cache"}
+    assert ops == {"rope_grad", "rope", "nrc_grad", "nrc", "apply_rope_v2", "rope_cache",
+                   "interleave_rope"}
 
 
 def test_both_profiles_are_in_ids_and_params(smoke):

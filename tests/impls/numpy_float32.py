@@ -72,6 +72,9 @@ class NumpyFloat32:
                              "is_neox_style": is_neox_style}, soc)
         return out["query_out"], out["key_out"]
 
+    def interleave_rope(self, x, cos, sin, *, soc=None):
+        return self._checked("interleave_rope", {"x": x, "cos": cos, "sin": sin}, {}, soc)["y"]
+
 
 EVERY = NumpyFloat32()
 rotary_position_embedding_grad = EVERY.rotary_position_embedding_grad

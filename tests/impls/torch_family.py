@@ -89,19 +89,31 @@ class TorchFamily:
             x_pass = -x_pass
         return torch.cat((out.to(x.dtype), x_pass), dim=-1).reshape(T, -1)
 
+    def interleave_rope(self, x, cos, sin, *, soc=None):
+        """The README's lines: q = x's pairs taken apart (reshape to (..., D/2, 2), swap the
+        last two axes, reshape back), q*cos + rotate_half(q)*sin."""
+        _check("interleave_rope", {"x": x, "cos": cos, "sin": sin}, {}, soc)
+        q = x.reshape(*x.shape[:-1], -1, 2).transpose(-1, -2).reshape(x.shape)
+        y = self._embed(q, cos, sin, "half")
+        if self.bug == "interleaved_back":
+            y = y.reshape(*x.shape[:-1], 2, -1).transpose(-1, -2).reshape(x.shape)
+        return y
+
 
 _CORRECT = TorchFamily()
 apply_rotary_pos_emb = _CORRECT.apply_rotary_pos_emb
 apply_rotary_pos_emb_v2 = _CORRECT.apply_rotary_pos_emb_v2
 rope_with_sin_cos_cache = _CORRECT.rope_with_sin_cos_cache
+interleave_rope = _CORRECT.interleave_rope
 
 #: the deliberately broken variants: ``--impl torch_family.py:NAME``
 BROKEN = {name: TorchFamily(name) for name in ("sin_sign", "key_untouched", "one_position_row",
-                                               "pass_through_rotated")}
+                                               "pass_through_rotated", "interleaved_back")}
 sin_sign = BROKEN["sin_sign"]
 key_untouched = BROKEN["key_untouched"]
 one_position_row = BROKEN["one_position_row"]
 pass_through_rotated = BROKEN["pass_through_rotated"]
+interleaved_back = BROKEN["interleaved_back"]
 
 __all__ = ["TorchFamily", "BROKEN", "apply_rotary_pos_emb", "apply_rotary_pos_emb_v2",
-           "rope_with_sin_cos_cache"]
+           "rope_with_sin_cos_cache", "interleave_rope"]

@@ -32,7 +32,8 @@ def test_three_names_each():
         ("nrc", "norm_rope_concat", "aclnnNormRopeConcat"),
         ("apply_rope", "apply_rotary_pos_emb", "aclnnApplyRotaryPosEmb"),
         ("apply_rope_v2", "apply_rotary_pos_emb_v2", "aclnnApplyRotaryPosEmbV2"),
-        ("rope_cache", "rope_with_sin_cos_cache", "aclnnRopeWithSinCosCache")]
+        ("rope_cache", "rope_with_sin_cos_cache", "aclnnRopeWithSinCosCache"),
+        ("interleave_rope", "interleave_rope", "aclnnInterleaveRope")]
     for record in ops.OPERATORS.values():
         assert all(ops.get(name) is record for name in record.names)
     with pytest.raises(KeyError, match="unknown operator"):
