@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import ops
 from ..goldens.format import BF16_ENCODING, bits_to_bfloat16, stored_dtype
-from ..goldens.layout import STATUS_FILE
+from ..goldens.layout import STATUS_FILE, export_root
 from ..inputs.tensor_files import TensorFileError, read_npy_header, real_dtype_of, size_hint
 from ..spec.dtypes import bfloat16, dtype_name
 from ..spec.errors import one_line
@@ -323,6 +323,20 @@ class TreeSource(ActualSource):
                         return open_bin(p, dtype, shape, src)
                     return open_npy(p, dtype, shape, src)
         return Problem("missing", f"none of {', '.join(tried)} in {d}")
+
+    def not_run_reason(self, case_id: str) -> str:
+        """Where the case folders are when ACTUAL holds none of them: a folder below it (a
+        parent of the export was given) or above it (a folder inside the export)."""
+        parts = case_id.split("/")
+        if os.path.isdir(os.path.join(self.path, *parts)):
+            return ""
+        root = getattr(self, "_root", None)           # searched once unless it moves
+        if root is None or (root and not os.path.isdir(os.path.join(root, *parts))):
+            root = self._root = export_root(self.path, case_id)
+        if not root:
+            return ""
+        return (f"{self.path} holds no case folders; they are under {root} (compare against "
+                "that folder)")
 
     @staticmethod
     def _has_files(d, output, op):

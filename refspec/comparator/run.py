@@ -185,7 +185,7 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
             else:
                 code, why = statuses.get(case.case_id, statuses.get(None)), None
             if not _judge_status(case, code, why, report, source):
-                _judge_case(case, source, opts, report, code is not None)
+                _judge_case(case, source, opts, report, code is not None or why is not None)
             if progress is not None:
                 progress(i + 1, n_cases, case.case_id)
     finally:
@@ -290,14 +290,15 @@ def _judge_status(case, code, why, report: Report, source: ActualSource) -> bool
     negative case passes when the code equals the expected one and is "not run" without a
     status; a positive case with a non-zero status is "rejected". ``UNKNOWN_CODE``: the kernel
     rejected the case without saying which aclnn code (the source tells what it said): a
-    rejection whose code cannot be checked. True when the case needs nothing more (its outputs are not
-    judged)."""
+    rejection whose code cannot be checked. A status that cannot be read is an input problem of
+    its own, and a positive case's outputs are judged all the same. True when the case needs
+    nothing more (its outputs are not judged)."""
     expected = getattr(case, "expected_error", None)
     context = context_of(case.op, case.params)
     said = source.rejection(case.case_id) if code else ""
-    if why is not None:
+    if why is not None:                   # and a positive case's outputs are judged still
         report.results.append(_status_row(case, "", "").problem("unreadable", why))
-        return True
+        return expected is not None
     if expected is None:
         if code is None or code == 0:
             return False

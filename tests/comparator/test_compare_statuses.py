@@ -123,6 +123,31 @@ def test_status_file_that_cannot_be_read(golden, exported):
     assert row.status == "unreadable" and "integer" in row.reason
 
 
+def test_a_bad_status_file_does_not_hide_the_outputs(golden, exported):
+    """A status.json that cannot be read is reported, and the case's outputs are judged all the
+    same: a wrong output shows now, not after the status file is fixed."""
+    _status(exported, NEG, 561002)
+    exported.joinpath(*POS[0].split("/"), "status.json").write_text("{not json")
+    dx = exported.joinpath(*POS[0].split("/"), "dx.bin")
+    wrong = np.fromfile(dx, dtype=np.float16)
+    (wrong + np.float16(1)).tofile(dx)
+    rows = {r.output: r for r in compare(golden, str(exported)).results if r.case_id == POS[0]}
+    assert rows["(status)"].status == "unreadable" and "status.json" in rows["(status)"].reason
+    assert rows["dx"].status == "fail" and rows["dcos"].status == "pass"
+
+
+def test_a_parent_folder_of_the_cases_says_where_they_are(golden, exported):
+    """ACTUAL one level above the export (or a folder inside it): every case is not run, and
+    the reason names the folder that holds the cases."""
+    for actual in (exported.parent, exported / "rope"):
+        rep = compare(golden, str(actual))
+        assert not rep.results and len(rep.not_run) == 4
+        assert {n.reason for n in rep.not_run} == {
+            f"{actual} holds no case folders; they are under {exported} (compare against that "
+            "folder)"}
+        assert f"they are under {exported}" in render_text(rep)
+
+
 def test_positive_case_with_a_non_zero_status_is_rejected(golden, exported):
     _status(exported, NEG, 561002)
     _status(exported, POS[1], 561002)
