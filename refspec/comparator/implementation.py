@@ -191,7 +191,9 @@ class ImplementationSource(ActualSource):
         return (None if run.not_run else run.status), None
 
     def rejection(self, case_id: str) -> str:
-        return self._runs[case_id].error
+        """``my_kernels.norm_rope_concat raised ValueError: ...`` ("" when nothing raised)."""
+        run = self._runs[case_id]
+        return f"{self.path}.{run.function} raised {run.error}" if run.error else ""
 
     def not_run_reason(self, case_id: str) -> str:
         return self._runs[case_id].not_run

@@ -302,12 +302,8 @@ def _judge_status(case, code, why, report: Report, source: ActualSource) -> bool
     if expected is None:
         if code is None or code == 0:
             return False
-        got = "an error without an aclnn code" if code == UNKNOWN_CODE else str(code)
-        reason = f"the kernel returned {got} for a valid input (expected 0)" + (
-            f": {said}" if said else "")
-        report.results.append(_status_row(case, "rejected", reason,
-                                          f"{STATUS_ROW} = {got} but should be 0: rejected a "
-                                          f"valid input [{context}]" + (f" ({said})" if said else "")))
+        report.results.append(_rejected(case, code, said, source.kind == "implementation",
+                                        context))
         return True
     what = f"aclnn {expected}" + (f" {case.expected_error_status}"
                                   if getattr(case, "expected_error_status", None) else "")
@@ -333,6 +329,23 @@ def _judge_status(case, code, why, report: Report, source: ActualSource) -> bool
                                       f"{STATUS_ROW} = {code} but should be {expected} "
                                       f"[{context}]"))
     return True
+
+
+def _rejected(case, code, said: str, called: bool, context: str) -> OutputResult:
+    """The row of a valid input the kernel rejected. ``called``: the source called a Python
+    function, and ``said`` is the exception it raised (its code, if any, read from it)."""
+    if called:
+        code_text = "" if code == UNKNOWN_CODE else f" (aclnn {code})"
+        return _status_row(case, "rejected", f"{said}{code_text} for a valid input (expected it "
+                                             "to return the outputs)",
+                           f"{STATUS_ROW}: {said}{code_text} but should return the outputs "
+                           f"[{context}]")
+    got = "an error without an aclnn code" if code == UNKNOWN_CODE else str(code)
+    reason = f"the kernel returned {got} for a valid input (expected 0)" + (
+        f": {said}" if said else "")
+    return _status_row(case, "rejected", reason, f"{STATUS_ROW} = {got} but should be 0: rejected "
+                                                 f"a valid input [{context}]"
+                                                 + (f" ({said})" if said else ""))
 
 
 def _judge_case(case, source, opts: JudgeOptions, report: Report, has_status: bool) -> None:

@@ -109,6 +109,24 @@ def test_functions_the_module_lacks_leave_their_cases_not_run(smoke):
     assert run(smoke, "--impl", NUMPY_FLOAT32, "--op", "rope", "--require-all").exit_code == 1
 
 
+def test_a_function_that_raises_is_reported_as_raising(smoke, tmp_path):
+    """A valid input the function raises on: the report says which function raised what (and
+    the aclnn code, when the exception carries one), not that a kernel returned an error."""
+    impl = tmp_path / "raising.py"
+    impl.write_text("def rotary_position_embedding(x, cos, sin, mode=0):\n"
+                    "    raise RuntimeError('out of device memory')\n"
+                    "def rotary_position_embedding_grad(dy, cos, sin, x=None, mode=0):\n"
+                    "    raise ValueError('bad tiling (error code 561002)')\n")
+    res = run(smoke, "--impl", impl, "--case", "rope/soc=A2/*", "--case", "rope_grad/soc=A2/*")
+    assert res.exit_code == 1
+    assert re.search(r"^\s*\(status\): \S*raising\.py\.rotary_position_embedding raised "
+                     r"RuntimeError: out of device memory but should return the outputs \[",
+                     res.output, re.M), res.output[-2000:]
+    assert re.search(r"rotary_position_embedding_grad raised ValueError: bad tiling \(error code "
+                     r"561002\) \(aclnn 561002\) but should return", res.output), res.output[-2000:]
+    assert "without an aclnn code" not in res.output and "the kernel returned" not in res.output
+
+
 def test_usage_errors_are_one_line(smoke, tmp_path):
     for args, needle in (
             (["--impl", "no_such_module_xyz"], "no module named 'no_such_module_xyz'"),
