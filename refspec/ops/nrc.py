@@ -299,7 +299,7 @@ NRC = Operator(
     tensors=Tensors(
         inputs=_tensors(FORWARD_TENSORS),
         outputs=tuple(Output(n, camel_case(n), "float32" if n in _STATS else None,
-                             "BSN1" if n in _STATS else "BNSD")
+                             "BSN1" if n in _STATS else "BNSD", "stats" if n in _STATS else "")
                       for n in NormRopeConcatOutputs._fields)),
     sweep=_sweep(forward=True),
     generation=Generation(plan=_plan(forward=True), sample=_sample(forward=True),

@@ -52,13 +52,17 @@ class Tensor:
 @dataclass(frozen=True)
 class Output:
     """An output: its name in the spec's result, its aclnn name, its dtype (None: the
-    operator's, its primary input's; or a fixed one such as ``"float32"``) and the letters of
-    its axes, a template filled in from the case parameters (``"{layout}"``)."""
+    operator's, its primary input's; or a fixed one such as ``"float32"``), the letters of
+    its axes, a template filled in from the case parameters (``"{layout}"``), and its role:
+    ``"stats"`` for statistics a forward returns for its backward (NormRopeConcat's training
+    mean/rstd), which a Python implementation may leave out (``refspec run`` then says it
+    returned none and judges the rest), "" for every other output."""
 
     name: str
     aclnn: str
     dtype: str | None = None
     axes: str = ""
+    role: str = ""
 
 
 class TensorPlan(NamedTuple):

@@ -127,6 +127,34 @@ def test_a_function_that_raises_is_reported_as_raising(smoke, tmp_path):
     assert "without an aclnn code" not in res.output and "the kernel returned" not in res.output
 
 
+def test_a_forward_without_statistics_is_judged_on_what_it_returns(smoke, tmp_path):
+    """A training-mode NormRopeConcat forward that returns no mean/rstd (one built on a
+    LayerNorm that does not return them): its three outputs are judged, each statistic is "not
+    recorded" with the reason, and the run passes; one that returns some statistics but not
+    all lacks the others (missing)."""
+    impl = tmp_path / "no_stats.py"
+    impl.write_text(f"import sys\nsys.path.insert(0, {str(IMPLS)!r})\n"
+                    "from numpy_float32 import EVERY\n"
+                    "def norm_rope_concat(**kw):\n"
+                    "    out = EVERY.norm_rope_concat(**kw)\n"
+                    "    return out['query_output'], out['key_output'], out['value_output']\n"
+                    "class Partial:\n"
+                    "    def norm_rope_concat(self, **kw):\n"
+                    "        out = EVERY.norm_rope_concat(**kw)\n"
+                    "        return {k: v for k, v in out.items() if not k.endswith('_rstd')}\n"
+                    "PARTIAL = Partial()\n")
+    res = run(smoke, "--impl", impl, "--op", "nrc", "--json", tmp_path / "r.json")
+    assert res.exit_code == 0, res.output[-3000:]
+    rows = json.loads((tmp_path / "r.json").read_text())["results"]
+    stats = [r for r in rows if r["output"].endswith(("_mean", "_rstd"))]
+    assert stats and {r["status"] for r in stats} == {"not_recorded"}
+    assert all("returned no statistics" in r["reason"] for r in stats)
+    judged = {r["output"] for r in rows if r["status"] == "pass"}
+    assert judged >= {"query_output", "key_output", "value_output"}
+    res = run(smoke, "--impl", f"{impl}:PARTIAL", "--op", "nrc", "--failures-only")
+    assert res.exit_code == 1 and re.search(r"^MISSING +norm_\w+_rstd ", res.output, re.M)
+
+
 def test_usage_errors_are_one_line(smoke, tmp_path):
     for args, needle in (
             (["--impl", "no_such_module_xyz"], "no module named 'no_such_module_xyz'"),
