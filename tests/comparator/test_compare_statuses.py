@@ -44,7 +44,8 @@ def golden(tmp_path_factory):
     neg = rope_grad_case(dtype="float32", seed=3)
     with goldens.GoldenWriter(path, sweep_name="t", sweep_definition="", sweep_seed=0) as w:
         for k, cid in enumerate(POS):
-            w.write_case(rope_grad_case(shape=(1, 2, 4, 8), dtype='float16', seed=k, case_id=cid))
+            w.write_case(rope_grad_case(shape=(1, 2, 4, 8), dtype='float16', seed=k, case_id=cid,
+                                        soc="A2"))
         w.write_case(CaseData(NEG, neg.op, {**neg.params, "soc": "A2"}, 3, neg.inputs, regenerate='r',
                               error=refspec.TilingError('dy: D=31 must be even')))
     return str(path)
@@ -146,6 +147,60 @@ def test_a_parent_folder_of_the_cases_says_where_they_are(golden, exported):
             f"{actual} holds no case folders; they are under {exported} (compare against that "
             "folder)"}
         assert f"they are under {exported}" in render_text(rep)
+
+
+@pytest.fixture(scope="module")
+def math_only(tmp_path_factory):
+    """A2 cases beside math-only ones: a float64 case (the math accepts it, a chip rejects
+    float64 with 161002) and a case the math rejects (odd D)."""
+    path = tmp_path_factory.mktemp("m") / "m.h5"
+    neg = rope_grad_case(dtype="float32", seed=5)
+    with goldens.GoldenWriter(path, sweep_name="t", sweep_definition="", sweep_seed=0) as w:
+        w.write_case(rope_grad_case(shape=(1, 2, 4, 8), dtype="float16", case_id="a2", soc="A2"))
+        w.write_case(rope_grad_case(shape=(1, 2, 4, 8), dtype="float64", case_id="math/f64"))
+        w.write_case(CaseData("math/odd", neg.op, neg.params, 5, neg.inputs, regenerate="r",
+                              error=refspec.TilingError("dy: D=31 must be even")))
+    return str(path)
+
+
+def test_the_math_only_profile_statuses_are_judged_only_when_selected(math_only, tmp_path):
+    """A kernel for one chip rejects float64 (161002) and answers the odd D with a code of its
+    own: by default neither math-only status is judged (no REJECTED or failing row; a note
+    lists them) while the A2 case is; with --soc none (socs=["none"]) they are judged."""
+    out = tmp_path / "out"
+    export(math_only, out)
+    _write_outputs(math_only, out, ["a2"])
+    _status(out, "math/f64", 161002)
+    _status(out, "math/odd", 161002)
+    rep = compare(math_only, str(out))
+    assert rep.passed and not rep.not_run, rep.summary_line()
+    assert {r.case_id for r in rep.results} == {"a2"}
+    assert len(rep.notes) == 1 and rep.notes[0].startswith("2 math-only cases (soc=none) not "
+                                                           "judged by their status")
+    assert "math/f64: returned 161002" in rep.notes[0] and "--soc none" in rep.notes[0]
+    assert rep.notes[0] in render_text(rep)
+    rep = compare(math_only, str(out), socs=["none"])
+    rows = {r.case_id: r.status for r in rep.results}
+    assert rows == {"math/f64": "rejected", "math/odd": "fail"} and not rep.passed
+    # the math-only numbers are judged by default: a kernel that answers float64
+    _write_outputs(math_only, out, ["math/f64"])
+    _status(out, "math/f64", 0)
+    rep = compare(math_only, str(out), socs=["A2", None])
+    assert {r.case_id for r in rep.results if r.output == "dx"} == {"a2", "math/f64"}
+    rep = compare(math_only, str(out))
+    assert {r.case_id for r in rep.results if r.output == "dx"} == {"a2", "math/f64"}
+    assert rep.notes and "math/odd" in rep.notes[0] and "math/f64" not in rep.notes[0]
+
+
+def test_soc_selects_the_cases_of_compare_run_and_export(math_only, tmp_path):
+    out = tmp_path / "out"
+    export(math_only, out, socs={"A2"})
+    assert [p.parent.name for p in out.rglob("case.json")] == ["a2"]
+    _write_outputs(math_only, out, ["a2"])
+    rep = compare(math_only, str(out), socs=["a2"])
+    assert rep.passed and {r.case_id for r in rep.results} == {"a2"} and not rep.notes
+    with pytest.raises(CompareUsageError, match="--soc: unknown value 'B9'"):
+        compare(math_only, str(out), socs=["B9"])
 
 
 def test_positive_case_with_a_non_zero_status_is_rejected(golden, exported):

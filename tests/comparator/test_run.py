@@ -155,6 +155,16 @@ def test_a_forward_without_statistics_is_judged_on_what_it_returns(smoke, tmp_pa
     assert res.exit_code == 1 and re.search(r"^MISSING +norm_\w+_rstd ", res.output, re.M)
 
 
+def test_soc_runs_one_chip_profile(smoke, tmp_path):
+    res = run(smoke, "--impl", NUMPY_FLOAT32, "--soc", "A2", "--json", tmp_path / "r.json")
+    assert res.exit_code == 0, res.output[-2000:]
+    doc = json.loads((tmp_path / "r.json").read_text())
+    ids = {r["case_id"] for r in doc["results"]} | {n["case_id"] for n in doc["not_run"]}
+    assert ids and all("/soc=A2/" in i for i in ids)
+    res = run(smoke, "--impl", NUMPY_FLOAT32, "--soc", "A9")
+    assert res.exit_code == 2 and "--soc: unknown value 'A9'; allowed: A2, A3, 950, none" in res.output
+
+
 def test_usage_errors_are_one_line(smoke, tmp_path):
     for args, needle in (
             (["--impl", "no_such_module_xyz"], "no module named 'no_such_module_xyz'"),
