@@ -14,7 +14,7 @@ from ..goldens.selection import operator_ids, profiles, select_ids
 from ..goldens.format import UnknownCaseError
 from ..spec.errors import one_line
 from .actuals import H5Source, MemorySource, NpzSource, Problem, TreeSource, ActualSource
-from .benchmark import BenchmarkUnavailable, float32_benchmark
+from .benchmark import BenchmarkUnavailable, float32_benchmark, unattainable
 from .judge import JudgeOptions, golden_output_info, judge_output
 from ..inputs.output_map import Mapping, load_mapping
 from .dump_source import MsprobeSource, is_msprobe_dir
@@ -345,6 +345,25 @@ def _judge_status(case, code, why, report: Report, source: ActualSource, unjudge
     return True
 
 
+def _beyond_arithmetic(res: OutputResult, case, why: str | None) -> str:
+    """A failing output of a case whose goldens a kernel computing in its own arithmetic cannot
+    attain (``benchmark.unattainable``: ``why``, found once per case) is ``too_strict``, not a
+    kernel failure; returns ``why``."""
+    if why is None:
+        try:
+            why = unattainable(case)
+        except Exception as exc:  # inputs the check cannot read: judged as they are
+            why = ""
+            res.hint = f"whether a kernel's arithmetic can attain this case is unknown: {one_line(exc)}"
+    if why:
+        res.status = "too_strict"
+        res.reason += (f"; the case is beyond a kernel's own arithmetic: {why}, where the golden "
+                       "is finite (not a kernel failure)")
+        res.message += " [golden beyond the kernel's arithmetic]"
+        res.hint = f"{why}: the inputs, not the kernel, are out of range"
+    return why
+
+
 def _math_only_note(unjudged: list) -> str:
     """The report's note on the math-only cases whose status was not judged."""
     def what(code, expected):
@@ -391,7 +410,7 @@ def _judge_case(case, source, opts: JudgeOptions, report: Report, has_status: bo
         report.not_run.append(NotRun(case.case_id, case.op, source.not_run_reason(case.case_id)
                                      or "no output and no status"))
         return
-    bench, bench_error = None, None
+    bench, bench_error, beyond = None, None, None
     if opts.standard == "ratio":
         try:
             bench = float32_benchmark(case)
@@ -421,4 +440,6 @@ def _judge_case(case, source, opts: JudgeOptions, report: Report, has_status: bo
         actual = lookups[name]
         res = judge_output(case, name, actual, rule, opts, context,
                            None if bench is None else bench.get(name), None, info)
+        if res.status == "fail":
+            beyond = _beyond_arithmetic(res, case, beyond)
         report.results.append(res)

@@ -145,13 +145,16 @@ class Generation:
 @dataclass(frozen=True)
 class Comparison:
     """What the comparator asks of an operator: the parameters shown in the context of its
-    messages, its msprobe accuracy level (the ratio standard's thresholds) and the
+    messages, its msprobe accuracy level (the ratio standard's thresholds), the
     same-precision float32 kernel of the ratio standard (``benchmark(call)``: {output: float32
-    result}), if it has one."""
+    result}), if it has one, and ``unattainable(call)`` (below)."""
 
     context: tuple[str, ...] = ("dtype",)
     ratio_level: str = "L0"
     benchmark: Callable[[Call], dict] | None = None
+    #: why a kernel computing the documented dataflow in its own arithmetic (float32 for the
+    #: device dtypes) cannot attain a call's goldens, "" when it can (None: it always can)
+    unattainable: Callable[[Call], str] | None = None
 
 
 class Autograd(NamedTuple):

@@ -302,6 +302,41 @@ def big_bf16(tmp_path_factory):
     return str(path), {n: np.asarray(kw.expected[n]).copy() for n in names}
 
 
+def _float32_layer_norm(x):
+    """A float32 kernel's LayerNorm over D, two passes as documented (no rescaling)."""
+    with np.errstate(all="ignore"):
+        d = x - x.mean(-1, keepdims=True, dtype=np.float32)
+        return d / np.sqrt((d * d).mean(-1, keepdims=True, dtype=np.float32) + np.float32(1e-5))
+
+
+def test_a_case_beyond_float32_arithmetic_is_too_strict():
+    """Inputs whose LayerNorm variance overflows float32 (a real run's, say): what a float32
+    kernel gives there is too_strict, saying why, not a failure; a NaN on ordinary inputs
+    fails."""
+    from refspec.comparator.memory_case import spec_case
+    rng = np.random.default_rng(0)
+    q = (rng.standard_normal((1, 3, 2, 8)) * 1e37).astype(np.float32)       # B S N D
+    k, v = (rng.standard_normal((1, 3, 2, 8)).astype(np.float32) for _ in range(2))
+
+    def kernel(q, k):
+        return {"query_output": _float32_layer_norm(q).transpose(0, 2, 1, 3),
+                "key_output": _float32_layer_norm(k).transpose(0, 2, 1, 3),
+                "value_output": v.transpose(0, 2, 1, 3)}
+    out = kernel(q, k)
+    assert np.all(out["query_output"] == 0)          # its variance overflowed to inf
+    rep = compare(spec_case("nrc", query=q, key=k, value=v, norm_type=1), out)
+    rows = {r.output: r for r in rep.results}
+    assert rows["query_output"].status == "too_strict" and rep.passed
+    assert "LayerNorm statistics overflow float32 in query (6 of 6 rows)" in rows["query_output"].reason
+    assert rows["query_output"].message.endswith("[golden beyond the kernel's arithmetic]")
+    assert rows["key_output"].status == rows["value_output"].status == "pass"
+    small = q / np.float32(1e37)
+    out = kernel(small, k)
+    out["query_output"][0, 1, 2, 3] = np.nan
+    rep = compare(spec_case("nrc", query=small, key=k, value=v, norm_type=1), out)
+    assert {r.output: r.status for r in rep.results}["query_output"] == "fail"
+
+
 def test_rounded_golden_failing_the_standard_is_too_strict(big_bf16):
     path, exp = big_bf16
     rep = compare(path, exp, standard="vendor-threshold")

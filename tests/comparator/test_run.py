@@ -165,6 +165,30 @@ def test_soc_runs_one_chip_profile(smoke, tmp_path):
     assert res.exit_code == 2 and "--soc: unknown value 'A9'; allowed: A2, A3, 950, none" in res.output
 
 
+ISSUE_CASE = ("nrc/soc=A2/norm_type=1/norm_added_type=1/rope_type=none/concat_order=0/"
+              "training=0/dtype=float32/dist=special/B2N2Sq3Sk3Seq0Sek0D8")
+
+
+def test_a_float32_layer_norm_attains_the_special_goldens(tmp_path):
+    """NormRopeConcat's special values stay where a float32 LayerNorm is finite: a forward
+    built on torch.nn.functional.layer_norm in float32 (no statistics returned) passes the
+    special cases with normalised streams in every dtype, the case that made it NaN included."""
+    from refspec.goldens.engine import generate
+    from refspec.goldens.sweep import load_sweep
+    sweep = load_sweep("smoke")
+    special = [c for c in sweep.all_cases() if c.op == "nrc" and c.params["dist"] == "special"
+               and c.params["norm_type"] and c.params["fault"] == "none"]
+    cases = [sweep.case(ISSUE_CASE)] + special[::11]
+    assert {c.params["dtype"] for c in cases} == {"float16", "bfloat16", "float32"}
+    path = tmp_path / "special.h5"
+    generate(sweep, cases, path)
+    report = refspec.compare(path, Implementation(f"{TORCH_FORWARD}:NN_LAYER_NORM", "torch",
+                                                  repeat=0))
+    assert report.passed, [f"{r.case_id} {r.output}: {r.message}" for r in report.failures][:5]
+    judged = {r.case_id for r in report.results if r.status == "pass"}
+    assert ISSUE_CASE in judged and len(judged) == len(cases)
+
+
 def test_usage_errors_are_one_line(smoke, tmp_path):
     for args, needle in (
             (["--impl", "no_such_module_xyz"], "no module named 'no_such_module_xyz'"),
