@@ -238,7 +238,7 @@ class ImplementationSource(ActualSource):
         inputs = case.input_arrays()
         attrs = record.attrs_of(case.params)
         if plan_of is not None:
-            plan = plan_of(record.call_of(case.params, inputs))
+            plan = plan_of(record.call_of(case.params, inputs), case.params)
             target = ops.get(plan.forward)
         else:
             plan, target = None, record

@@ -66,6 +66,8 @@ def _sweep(forward: bool) -> SweepAxes:
         axes += (Axis("training", flag, (True,), (True, False), attr="is_training",
                       legacy="is_training"),
                  Axis("eps", number(), (1e-5,), attr="eps", omit=1e-5))
+    else:                  # the eps the statistics were computed with: no attribute of the spec
+        axes += (Axis("eps", number(), (1e-5,), omit=1e-5),)
     axes += (dtype_axis(), dist_axis(), fault_axis(faults))
     return SweepAxes(
         axes=axes, shape=Shape(("B", "N", "Sq", "Sk", "Seq", "Sek", "D", "Sr"),
@@ -173,14 +175,15 @@ def _special_large(forward: bool):
 
 def forward_statistics(p: dict, drawn: dict, wanted: dict, pool=None) -> dict:
     """mean/rstd of the normed streams as NormRopeConcat(..., is_training=True) writes them:
-    its step 1 (``refspec.spec.nrc.layer_norm``, the default eps) on each stream, rounded
-    to float32 (and then to the planned dtype, which differs only for a deliberate fault)."""
+    its step 1 (``refspec.spec.nrc.layer_norm``, with the case's ``eps``, default 1e-5) on
+    each stream, rounded to float32 (and then to the planned dtype, which differs only for a
+    deliberate fault)."""
     streams = [(s, st.mean, st.rstd) for s, st in STREAMS.items()
                if st.mean in wanted or st.rstd in wanted]
 
     def one(item):
         s, mean, rstd = item
-        _, m, r = layer_norm(to_float64(drawn[s]), NormType.LAYER_NORM)
+        _, m, r = layer_norm(to_float64(drawn[s]), NormType.LAYER_NORM, eps=p.get("eps", 1e-5))
         out = {}
         for name, value in ((mean, m), (rstd, r)):
             if name in wanted:
@@ -251,9 +254,10 @@ def _benchmark_grad(call: Call) -> dict:
     return backward_exact(widen(t, np.float32), a, work=np.float32)
 
 
-def _autograd(call: Call) -> Autograd:
-    """NormRopeConcatBackward's gradients are those of NormRopeConcat (eps 1e-5, the default
-    the statistics were computed with) for the upstream gradients of its three outputs. value
+def _autograd(call: Call, params: dict | None = None) -> Autograd:
+    """NormRopeConcatBackward's gradients are those of NormRopeConcat (at the eps the case's
+    statistics were computed with, its ``eps`` parameter, default 1e-5) for the upstream
+    gradients of its three outputs. value
     and encoder_value (present with encoder_key) and, for affine LayerNorm, the biases are not
     stored with a backward case: zeros of their shape, since no gradient depends on them. The
     weight and bias gradients of an affine LayerNorm are outputs even when the stream is absent
@@ -276,7 +280,8 @@ def _autograd(call: Call) -> Autograd:
             leaves.update({st.weight: "grad_" + st.weight, st.bias: "grad_" + st.bias})
     saved = {n: n for stream, st in STREAMS.items() if stream in fwd and attrs.get(st.norm)
              for n in (st.mean, st.rstd)}
-    return Autograd("nrc", fwd, {**{k: attrs[k] for k in _ATTRS}, "eps": 1e-5,
+    eps = (params or {}).get("eps", 1e-5)
+    return Autograd("nrc", fwd, {**{k: attrs[k] for k in _ATTRS}, "eps": eps,
                                  "is_training": bool(saved)}, leaves,
                     {"query_output": "grad_query_output", "key_output": "grad_key_output",
                      "value_output": "grad_value_output"}, saved)

@@ -200,8 +200,8 @@ class Operator:
     sweep: SweepAxes
     generation: Generation
     comparison: Comparison = Comparison()
-    #: Call of a backward case -> ``Autograd``; None for a forward operator
-    autograd: Callable[[Call], Autograd] | None = None
+    #: (Call of a backward case, its parameters) -> ``Autograd``; None for a forward operator
+    autograd: Callable[[Call, dict], Autograd] | None = None
 
     # --- names -------------------------------------------------------------------------------
     @property

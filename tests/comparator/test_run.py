@@ -189,6 +189,38 @@ def test_a_float32_layer_norm_attains_the_special_goldens(tmp_path):
     assert ISSUE_CASE in judged and len(judged) == len(cases)
 
 
+@pytest.mark.parametrize("eps", ["1E_5", "1E_6"])
+def test_a_forward_with_a_hard_coded_eps_fails_the_smoke_set(smoke, eps, tmp_path):
+    """The smoke set sweeps NormRopeConcat's eps (1e-5, 1e-6, 0.1): a forward that ignores the
+    case's eps fails, and not only on position-coded values; the same forward with the case's
+    eps passes."""
+    res = run(smoke, "--impl", f"{TORCH_FORWARD}:NN_LAYER_NORM", "--framework", "torch",
+              "--op", "nrc")
+    assert res.exit_code == 0, res.output[-2000:]
+    res = run(smoke, "--impl", f"{TORCH_FORWARD}:NN_LAYER_NORM_EPS_{eps}", "--framework",
+              "torch", "--op", "nrc", "--json", tmp_path / "r.json")
+    assert res.exit_code == 1 and ELEMENT.search(res.output)
+    failed = {r["case_id"] for r in json.loads((tmp_path / "r.json").read_text())["results"]
+              if r["status"] == "fail"}
+    if eps == "1E_5":              # right where the case's eps is the default
+        assert failed and all("/eps=" in c for c in failed)
+    else:                          # and not only on position-coded values
+        assert any("/eps=0.1/" in c and "/dist=random/" in c for c in failed)
+
+
+def test_a_backward_that_recomputes_its_statistics_fails_the_eps_cases(smoke, tmp_path):
+    """The backward's statistics are inputs; the smoke set has some computed with eps 1e-6 and
+    0.1, so a backward that recomputes them with the default eps fails there (on random values
+    too, where it passes every case of the default eps)."""
+    res = run(smoke, "--impl", f"{NUMPY_FLOAT32}:LN_RECOMPUTED_DEFAULT_EPS", "--op", "nrc_grad",
+              "--json", tmp_path / "r.json")
+    assert res.exit_code == 1 and ELEMENT.search(res.output)
+    failed = {r["case_id"] for r in json.loads((tmp_path / "r.json").read_text())["results"]
+              if r["status"] == "fail"}
+    random = {c for c in failed if "/dist=random/" in c}
+    assert random and all("/eps=" in c for c in random)
+
+
 def test_usage_errors_are_one_line(smoke, tmp_path):
     for args, needle in (
             (["--impl", "no_such_module_xyz"], "no module named 'no_such_module_xyz'"),

@@ -124,7 +124,8 @@ class TorchForwards:
         if self.bug != "missing_rejection":
             _check("nrc", args, attrs, soc)
         D = query.shape[-1]
-        eps = 1e-6 if self.bug == "eps_1e-6" else eps
+        if self.bug in ("eps_1e-5", "eps_1e-6"):        # eps hard-coded, the case's ignored
+            eps = float(self.bug[4:])
 
         stats = []
 
@@ -193,10 +194,12 @@ CORRECT = TorchForwards()
 rotary_position_embedding = CORRECT.rotary_position_embedding
 norm_rope_concat = CORRECT.norm_rope_concat
 
-BROKEN = ("swapped_halves", "wrong_sin_partner", "lost_minus", "missing_rejection", "eps_1e-6")
+BROKEN = ("swapped_halves", "wrong_sin_partner", "lost_minus", "missing_rejection", "eps_1e-5",
+          "eps_1e-6")
 #: a forward whose LayerNorm is torch.nn.functional.layer_norm in float32 (no statistics)
 NN_LAYER_NORM = TorchForwards(nn_layer_norm=True)
-#: the same with eps hard-coded to 1e-6 instead of the case's
+#: the same with eps hard-coded to 1e-5 or 1e-6 instead of the case's
+NN_LAYER_NORM_EPS_1E_5 = TorchForwards("eps_1e-5", nn_layer_norm=True)
 NN_LAYER_NORM_EPS_1E_6 = TorchForwards("eps_1e-6", nn_layer_norm=True)
 SWAPPED_HALVES = TorchForwards("swapped_halves")
 WRONG_SIN_PARTNER = TorchForwards("wrong_sin_partner")
