@@ -341,13 +341,17 @@ class Operator:
     def upgrade_params(self, params: dict) -> dict:
         """Parameters as a golden file of schema 1 or an older case.json stored them, under the
         axes' names and in their canonical values (``cos_pattern`` -> ``cos``, mode 0 with
-        ``mode_name`` "half" -> mode "half")."""
+        ``mode_name`` "half" -> mode "half"); an axis they lack whose default is left out of
+        case ids (``fault=none``, NormRopeConcatBackward's ``eps``, added later) has that
+        default, the value every case had before the axis."""
         out = dict(params)
         for a in self.sweep.axes:
             if a.legacy is not None and a.legacy in out:
                 out[a.name] = out.pop(a.legacy)
             if a.name in out:
                 out[a.name] = _read(a, out[a.name])
+            elif a.default == (a.omit,):
+                out[a.name] = a.omit
         return out
 
     def complete_attrs(self, attrs: dict) -> dict:
