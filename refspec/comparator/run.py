@@ -122,11 +122,11 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
     ``operators``: only the cases of these operators (short ids, function or aclnn names);
     ``case_ids``: exactly these cases (no patterns). ``socs``: only the cases of these chip
     profiles (``"A2"``, ``"950"``, ``"none"`` or None for the math-only one); the math-only
-    profile's statuses are judged only when it is among them (``_judge_status``).
-    ``jobs`` worker processes, or the Dask
-    cluster at ``scheduler``, judge groups of cases side by side (the golden file and the
-    actual outputs given as paths, or an actual source description such as ``refspec run``'s
-    ``Implementation``); the report is the one a single process gives.
+    profile's statuses are judged only when it is among them (``_judge_status``). ``jobs``
+    worker processes, or the Dask cluster at ``scheduler``, judge groups of cases side by side
+    (the golden file and the actual outputs given as paths, or an actual source description
+    such as ``refspec run``'s ``Implementation``); the report is the one a single process
+    gives.
     Input problems become per-output statuses; ``CompareUsageError`` and
     ``refspec.goldens.GoldenFileError`` are raised for unusable arguments.
     """
@@ -354,7 +354,8 @@ def _beyond_arithmetic(res: OutputResult, case, why: str | None) -> str:
             why = unattainable(case)
         except Exception as exc:  # inputs the check cannot read: judged as they are
             why = ""
-            res.hint = f"whether a kernel's arithmetic can attain this case is unknown: {one_line(exc)}"
+            res.hint = ("whether a kernel's arithmetic can attain this case is unknown: "
+                        f"{one_line(exc)}")
     if why:
         res.status = "too_strict"
         res.reason += (f"; the case is beyond a kernel's own arithmetic: {why}, where the golden "

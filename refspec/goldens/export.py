@@ -182,11 +182,12 @@ def export_cases(path, out_dir, case_ids=None, fmt: str = "bin", force: bool = F
     """Export cases of the golden file ``path`` under ``out_dir``; returns the case directories.
 
     ``case_ids``: ids or shell patterns (None = every case); ``socs``: only the cases of these
-    chip profiles (None: every one; ``refspec.goldens.selection.profiles``). ``jobs`` worker processes (or the
-    Dask cluster at ``scheduler``) export groups of cases of about equal size side by side,
-    each reading the golden file itself. Raises ExportError if a target file exists and
-    ``force`` is False (before writing anything), UnknownCaseError for an unknown id,
-    GoldenFileError for an unreadable file and OSError when the directory cannot be written.
+    chip profiles (None: every one; ``refspec.goldens.selection.profiles``). ``jobs`` worker
+    processes (or the Dask cluster at ``scheduler``) export groups of cases of about equal
+    size side by side, each reading the golden file itself. Raises ExportError if a target
+    file exists and ``force`` is False (before writing anything), UnknownCaseError for an
+    unknown id, GoldenFileError for an unreadable file and OSError when the directory cannot
+    be written.
     """
     if fmt not in FORMATS:
         raise ExportError(f"format {fmt!r} is not supported; allowed: {', '.join(FORMATS)}")

@@ -20,7 +20,8 @@ __all__ = [
     "SCHEMA_VERSION", "CASES_GROUP", "CHUNK_BYTES", "MIN_CHUNKED_BYTES", "INDEX_DATASET", "CASE_SUBGROUPS", "BF16_ENCODING",
     "COMPRESSIONS", "DEFAULT_COMPRESSION", "DEFAULT_GZIP_LEVEL", "LIBVER",
     "GoldenFileError", "GoldenFileExistsError", "GoldenFileDamagedError", "UnknownCaseError",
-    "part_path", "parts_dir", "interrupted_run", "encode_array", "decode_array", "stored_dtype", "bits_to_bfloat16", "chunk_shape",
+    "part_path", "parts_dir", "interrupted_run", "encode_array", "decode_array", "stored_dtype",
+    "bits_to_bfloat16", "chunk_shape",
     "compression_filters", "describe_compression", "case_path", "check_case_id", "to_jsonable", "attr_value",
     "read_attrs", "atomic_replace",
 ]

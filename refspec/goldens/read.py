@@ -465,7 +465,8 @@ def _open_h5(path: str) -> h5py.File:
     except OSError as exc:
         detail = one_line(exc)
         if "truncated file" in detail:
-            detail = f"truncated: shorter than its header says (copied or written in part?): {detail}"
+            detail = (f"truncated: shorter than its header says (copied or written in part?): "
+                      f"{detail}")
         elif re.search(r"\block(ed|ing)?\b", detail.lower()):
             detail = f"locked by another process (being written?): {detail}"
         raise GoldenFileError(f"cannot open the HDF5 file: {detail}", path) from None
