@@ -3,6 +3,7 @@ implementation like ``refspec run`` (docs/run.md, "In pytest")::
 
     pytest --refspec-golden smoke.h5 --refspec-impl my_kernels [--refspec-framework torch]
            [--refspec-device npu] [--refspec-autograd] [--refspec-case PATTERN] [--refspec-op OP]
+           [--refspec-soc SOC]
 
 Each item is named by its case id and fails with the comparator's message naming the element
 (``dx[b=1,n=3,s=17,d=5] = ... but should be ... (3.2 ulp) [...]``); a case the implementation
@@ -36,6 +37,8 @@ def pytest_addoption(parser):
                     help="Only cases with this id or shell pattern (repeatable).")
     group.addoption("--refspec-op", action="append", default=[], metavar="OP",
                     help="Only the cases of this operator (repeatable).")
+    group.addoption("--refspec-soc", action="append", default=[], metavar="SOC",
+                    help="Only the cases of this chip profile: A2, A3, 950, none (repeatable).")
     group.addoption("--refspec-repeat", type=int, default=0, metavar="N",
                     help="Timed calls per case after the judged one (default 0).")
 
@@ -87,7 +90,7 @@ class RefspecGoldenFile(pytest.File):
 
     def collect(self):
         from . import goldens
-        from .goldens.selection import select_ids
+        from .goldens.selection import profiles, select_ids
         config = self.config
         try:
             gf = goldens.open(self.path)
@@ -96,9 +99,10 @@ class RefspecGoldenFile(pytest.File):
         config.add_cleanup(gf.close)
         try:
             ids = select_ids(gf, config.getoption("refspec_case") or None,
-                             config.getoption("refspec_op") or None)
-        except Exception as exc:          # an unknown case or operator
-            raise pytest.UsageError(f"--refspec-case/--refspec-op: {exc}") from None
+                             config.getoption("refspec_op") or None,
+                             profiles(config.getoption("refspec_soc")))
+        except Exception as exc:          # an unknown case, operator or profile
+            raise pytest.UsageError(f"--refspec-case/--refspec-op/--refspec-soc: {exc}") from None
         for case_id in ids:
             yield RefspecCase.from_parent(self, name=case_id, golden=gf)
 
@@ -118,9 +122,12 @@ class RefspecCase(pytest.Item):
         from .comparator import compare
         source = self.parent.source.get()
         report = compare(self.golden[self.name], source,
-                         standard=self.config.getoption("refspec_standard"), only_present=True)
+                         standard=self.config.getoption("refspec_standard"), only_present=True,
+                         socs=self.config.getoption("refspec_soc") or None)
         if report.not_run and not report.results:
             pytest.skip(report.not_run[0].reason)
+        if report.notes and not report.results:      # a math-only status, not judged
+            pytest.skip(report.notes[0])
         if not report.passed:
             raise RefspecFailure(report)
 

@@ -7,7 +7,9 @@ to the output dtype: half to even for RotaryPositionEmbedding(+Grad), half away 
 NormRopeConcat(+Backward) (errata E12).
 
 ``run(op, params, inputs, bug=None)`` returns {output name: array}. ``ROPE_BUGS`` and
-``NRC_BUGS`` name the deliberate bugs.
+``NRC_BUGS`` name the deliberate bugs; ``ln_recomputed_default_eps`` (the backward recomputes
+mean and rstd with eps 1e-5 instead of taking them) is not among them: it is right wherever the
+statistics were computed with that eps, and only goldens of another eps catch it.
 """
 
 from __future__ import annotations
@@ -305,11 +307,12 @@ def nrc_backward(inputs: dict, attrs: dict, dtype, bug=None) -> dict:
             out[f"grad_{stream}"] = gs
             continue
         x = t[stream]
-        if bug == "ln_recomputed_no_eps":
+        if bug in ("ln_recomputed_no_eps", "ln_recomputed_default_eps"):
             mean = np.add.reduce(x, axis=-1, dtype=F32, keepdims=True) / F32(D)
             var = np.add.reduce((x - mean) ** 2, axis=-1, dtype=F32, keepdims=True) / F32(D)
+            eps = F32(1e-5 if bug == "ln_recomputed_default_eps" else 0)
             with np.errstate(divide="ignore", invalid="ignore"):
-                rstd = F32(1) / np.sqrt(var)
+                rstd = F32(1) / np.sqrt(var + eps)
         else:
             mean, rstd = t[f"{prefix}_mean"], t[f"{prefix}_rstd"]
         with np.errstate(invalid="ignore"):

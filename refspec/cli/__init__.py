@@ -16,7 +16,7 @@ import click
 from .._version import __version__
 from ..spec.errors import AclnnError, one_line
 from . import compare, generate, golden, run_impl, store
-from .usage_errors import CliError
+from .usage_errors import CliError, Interrupted
 
 __all__ = ["CliError", "main"]
 
@@ -24,7 +24,18 @@ __all__ = ["CliError", "main"]
 
 class RefspecGroup(click.Group):
     """A click group whose errors are one line on stderr and whose commands may return an exit
-    code (the comparator returns 1 when something fails)."""
+    code (the comparator returns 1 when something fails).
+
+    Ctrl-C prints one line and goes on as a KeyboardInterrupt: the process entry (``__call__``:
+    the console script, ``python -m refspec``) ends with exit code 130, and a caller that runs
+    the command in its own process (click's test runner inside a test session) is interrupted
+    too, instead of seeing one more command that exited with 130."""
+
+    def __call__(self, *args, **kwargs):
+        try:
+            return self.main(*args, **kwargs)
+        except KeyboardInterrupt:
+            sys.exit(130)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not (sys.argv[1:] if args is None else list(args)):
@@ -37,9 +48,15 @@ class RefspecGroup(click.Group):
                               standalone_mode=False, **extra)
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
-        except click.Abort:
-            click.echo("refspec: error: aborted", err=True)
-            sys.exit(130)
+        except click.Abort as exc:
+            if not isinstance(exc.__context__, KeyboardInterrupt):
+                click.echo("refspec: error: aborted", err=True)
+                sys.exit(130)
+            click.echo("refspec: error: interrupted", err=True)
+            raise KeyboardInterrupt from None
+        except Interrupted as exc:
+            click.echo(f"refspec: error: {one_line(exc.format_message())}", err=True)
+            raise KeyboardInterrupt from None
         except click.ClickException as exc:
             click.echo(f"refspec: error: {one_line(exc.format_message())}", err=True)
             sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
@@ -52,7 +69,7 @@ class RefspecGroup(click.Group):
             sys.exit(2)
         except KeyboardInterrupt:
             click.echo("refspec: error: interrupted", err=True)
-            sys.exit(130)
+            raise
         sys.exit(rv if isinstance(rv, int) else 0)
 
 

@@ -52,6 +52,9 @@ __all__ = ["register", "compare_command"]
                    "listed as not run but do not fail the run.")
 @click.option("--op", "operators", multiple=True, metavar="OP",
               help=f"Only the cases of this operator: {', '.join(ops.ids())} (repeatable).")
+@click.option("--soc", "socs", multiple=True, metavar="S",
+              help="Only the cases of this chip profile: A2, A3, 950, none (repeatable). The "
+                   "math-only profile's statuses are judged only with --soc none.")
 @click.option("-j", "--jobs", type=click.IntRange(min=0), default=1, show_default=True,
               metavar="N", help="Worker processes judging groups of cases side by side "
                                 "(0 = one per CPU); the report is the same.")
@@ -60,7 +63,7 @@ __all__ = ["register", "compare_command"]
                    "see GOLDEN and ACTUAL.")
 def compare_command(golden, actual, cases, standard, rtol, atol, saturation, mapping, ratio_level,
                     json_path, junit_path, html_path, heatmap_axes, top, failures_only, verbose,
-                    only_present, operators, jobs, scheduler, msprobe):
+                    only_present, operators, socs, jobs, scheduler, msprobe):
     """Judge the outputs in ACTUAL against the golden HDF5 file GOLDEN.
 
     ACTUAL: a `refspec export` directory with the kernel's <output>.bin and status.json
@@ -80,12 +83,12 @@ def compare_command(golden, actual, cases, standard, rtol, atol, saturation, map
                  saturation=saturation, ratio_level=ratio_level, json_path=json_path,
                  junit_path=junit_path, html_path=html_path, heatmap_axes=heatmap_axes, top=top,
                  failures_only=failures_only, verbose=verbose, only_present=only_present,
-                 operators=operators, jobs=jobs, scheduler=scheduler)
+                 operators=operators, socs=socs, jobs=jobs, scheduler=scheduler)
 
 
 def judge(golden, source, *, cases, standard, rtol, atol, saturation, ratio_level, json_path,
           junit_path, html_path, heatmap_axes, top, failures_only, verbose, only_present,
-          operators, jobs, scheduler) -> int:
+          operators, socs, jobs, scheduler) -> int:
     """Judge the actual outputs ``source()`` gives (``(actual, mapping)``) against GOLDEN and
     print and write the reports; the exit code (``refspec compare`` and ``refspec run``)."""
     from ..comparator import CompareUsageError, MappingError, compare
@@ -105,7 +108,8 @@ def judge(golden, source, *, cases, standard, rtol, atol, saturation, ratio_leve
                          atol=atol, saturation=saturation, mapping=mapping, top=top,
                          ratio_level=ratio_level, heatmaps=html_path is not None,
                          heatmap_axes=heatmap_axes, only_present=only_present,
-                         operators=list(operators) or None, jobs=jobs or (os.cpu_count() or 1),
+                         operators=list(operators) or None, socs=list(socs) or None,
+                         jobs=jobs or (os.cpu_count() or 1),
                          scheduler=scheduler_address(scheduler))
     except (CompareUsageError, MappingError, UnknownCaseError, FrameworkError,
             ImplementationError, SchedulerUnavailable) as exc:

@@ -13,6 +13,7 @@ import click
 from ..goldens.executors import SCHEDULER_ENV, SchedulerUnavailable, WorkerLost
 from ..goldens.export import FORMATS, export_cases
 from ..goldens.format import UnknownCaseError
+from ..goldens.selection import SweepError, profiles
 from ..goldens.read import GoldenCase, GoldenFile, LazyArray
 from ..goldens.shards import merge as merge_shards
 from ..goldens.shards import pack as pack_file
@@ -172,20 +173,26 @@ def show(file, case, as_json, ids):
               help="bin: raw little-endian C order (tofile); npy: NumPy .npy.")
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False),
               help="Directory to write DIR/<case_id>/ into.")
+@click.option("--soc", "socs", multiple=True, metavar="S",
+              help="Only the cases of this chip profile: A2, A3, 950, none (repeatable).")
 @click.option("--force", is_flag=True, help="Overwrite files that exist.")
 @click.option("--jobs", "-j", type=click.IntRange(0), default=1, show_default=True, metavar="N",
               help="Worker processes exporting groups of cases side by side (0 = one per CPU).")
 @click.option("--scheduler", default=None, envvar=SCHEDULER_ENV, metavar="ADDRESS",
               help=f"Export on this Dask scheduler's workers (also ${SCHEDULER_ENV}); they must "
                    "see FILE and the output directory.")
-def export(file, cases, fmt, out_dir, force, jobs, scheduler):
+def export(file, cases, fmt, out_dir, socs, force, jobs, scheduler):
     """Export cases of a golden FILE as the vendor test scripts' files: one file per input
     (dy.bin, gradQueryOutput.bin, ...), golden_<output>.bin and case.json per case."""
     try:
         dirs = export_cases(file, out_dir, cases or None, fmt=fmt, force=force,
-                            jobs=jobs or os.cpu_count() or 1, scheduler=scheduler)
-    except (UnknownCaseError, SchedulerUnavailable, WorkerLost) as exc:
+                            jobs=jobs or os.cpu_count() or 1, scheduler=scheduler,
+                            socs=profiles(socs))
+    except (UnknownCaseError, SchedulerUnavailable, WorkerLost, SweepError) as exc:
         raise CliError(str(exc)) from None
+    if socs and not dirs:
+        raise CliError(f"no case of {file} matches the selection (`refspec show {file}` counts "
+                       "its cases by soc)")
     click.echo(f"exported {len(dirs)} case(s) as .{fmt} under {out_dir}", err=True)
     return 0
 

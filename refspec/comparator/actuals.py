@@ -21,9 +21,9 @@ from math import prod
 import h5py
 import numpy as np
 
-from .. import ops
-from ..goldens.format import BF16_ENCODING, bits_to_bfloat16, stored_dtype
-from ..goldens.layout import STATUS_FILE
+from .. import goldens, ops
+from ..goldens.format import BF16_ENCODING, INDEX_DATASET, bits_to_bfloat16, stored_dtype
+from ..goldens.layout import STATUS_FILE, export_root
 from ..inputs.tensor_files import TensorFileError, read_npy_header, real_dtype_of, size_hint
 from ..spec.dtypes import bfloat16, dtype_name
 from ..spec.errors import one_line
@@ -146,10 +146,6 @@ def _name(dt: np.dtype) -> str:
     return dtype_name(dt.newbyteorder("=")) + (" big-endian" if dt.byteorder == ">" else "")
 
 
-def _size_text(n: int) -> str:
-    return f"{n} bytes"
-
-
 def file_names(output: str, op: str | None) -> list[str]:
     """File stems an output may be written under: aclnn camelCase (``gradQuery``), the Python
     name (``grad_query``) and aclnn spellings with suffixes (``dxOut``), as the operator's
@@ -195,7 +191,7 @@ def open_bin(path: str, golden_dtype: np.dtype, golden_shape, source: str):
     need = prod(golden_shape) * stored.itemsize
     if size != need:
         return Problem("size_mismatch",
-                       f"{path}: {_size_text(size)}, expected {_size_text(need)} for shape "
+                       f"{path}: {size} bytes, expected {need} bytes for shape "
                        f"{tuple(golden_shape)} {dtype_name(golden_dtype)}"
                        f"{size_hint(size, prod(golden_shape))}", source)
     return RawFileActual(source, path, 0, stored, golden_shape, golden_dtype)
@@ -324,6 +320,20 @@ class TreeSource(ActualSource):
                     return open_npy(p, dtype, shape, src)
         return Problem("missing", f"none of {', '.join(tried)} in {d}")
 
+    def not_run_reason(self, case_id: str) -> str:
+        """Where the case folders are when ACTUAL holds none of them: a folder below it (a
+        parent of the export was given) or above it (a folder inside the export)."""
+        parts = case_id.split("/")
+        if os.path.isdir(os.path.join(self.path, *parts)):
+            return ""
+        root = getattr(self, "_root", None)           # searched once unless it moves
+        if root is None or (root and not os.path.isdir(os.path.join(root, *parts))):
+            root = self._root = export_root(self.path, case_id)
+        if not root:
+            return ""
+        return (f"{self.path} holds no case folders; they are under {root} (compare against "
+                "that folder)")
+
     @staticmethod
     def _has_files(d, output, op):
         return any(os.path.exists(os.path.join(d, s + e)) for s in file_names(output, op)
@@ -390,28 +400,44 @@ class NpzSource(ActualSource):
 
 
 class H5Source(ActualSource):
-    """An HDF5 file in refspec's schema whose ``expected/`` holds another implementation's
-    outputs; plain HDF5 files with ``/<case_id>/<output>`` datasets are read too."""
+    """An HDF5 file. A refspec golden file (another implementation's, or a golden file itself)
+    is read through ``refspec.goldens.open``: its ``expected/`` outputs decoded as the reader
+    decodes them, and the status each case was made with (0, or a negative case's expected
+    code). Plain HDF5 files with ``/<case_id>/<output>`` datasets are read too."""
 
     kind = "hdf5"
 
     def __init__(self, path: str):
         super().__init__(path)
-        self._file = None
-        self._error = None
+        self._file = self._golden = self._error = None
         try:
             self._file = h5py.File(path, "r")
+            if "schema_version" in self._file.attrs and INDEX_DATASET in self._file:
+                self._file.close()
+                self._file, self._golden = None, goldens.open(path)
         except Exception as exc:
             self._error = f"{path}: cannot open as HDF5 ({one_line(exc)})"
+
+    def _case(self, case_id):
+        """The golden file's case (the last one kept: its outputs are looked up one by one)."""
+        if getattr(self, "_last", (None,))[0] != case_id:
+            self._last = (case_id, self._golden[case_id])
+        return self._last[1]
+
+    def status(self, case_id):
+        if self._golden is None or case_id not in self._golden:
+            return None, None
+        return self._case(case_id).expected_error or 0, None
 
     def lookup(self, case_id, op, output, dtype, shape):
         if self._error:
             return Problem("unreadable", self._error, self.path)
+        if self._golden is not None:
+            return self._golden_lookup(case_id, output, dtype, shape)
         f = self._file
         paths = []
         for stem in file_names(output, op):
-            paths += [f"cases/{case_id}/expected/{stem}", f"{case_id}/expected/{stem}",
-                      f"{case_id}/{stem}"]
+            paths += [f"{case_id}/expected/{stem}", f"{case_id}/{stem}"]
             if self.single_case == case_id:
                 paths.append(stem)
         for p in paths:
@@ -422,20 +448,31 @@ class H5Source(ActualSource):
             if isinstance(obj, h5py.Dataset):
                 src = f"{self.path}:/{p}"
                 stored = obj.dtype
-                attrs = obj.attrs
-                declared = attrs.get("dtype")
+                declared = obj.attrs.get("dtype")
                 if isinstance(declared, bytes):
                     declared = declared.decode()
-                if (attrs.get("encoding") in (BF16_ENCODING, BF16_ENCODING.encode())
-                        or (declared == "bfloat16" and stored.itemsize == 2)):
+                if obj.attrs.get("encoding") in (BF16_ENCODING, BF16_ENCODING.encode()) or (
+                        declared == "bfloat16" and stored.itemsize == 2):
                     stored = bfloat16
                 return (_mismatch(src, stored, obj.shape, dtype, shape)
                         or H5Actual(src, obj, dtype))
         return Problem("missing", f"no dataset {paths[0]} in {self.path}")
 
+    def _golden_lookup(self, case_id, output, dtype, shape):
+        gf = self._golden
+        if case_id not in gf:
+            return Problem("missing", f"no case {case_id} in {self.path}")
+        expected = self._case(case_id).expected
+        if output not in expected:
+            return Problem("missing", f"case {case_id} of {self.path} has no expected {output}")
+        arr = expected[output]
+        src = f"{self.path}:{case_id}/expected/{output}"
+        return _mismatch(src, arr.dtype, arr.shape, dtype, shape) or H5Actual(src, arr, dtype)
+
     def close(self):
-        if self._file is not None:
-            self._file.close()
+        for f in (self._file, self._golden):
+            if f is not None:
+                f.close()
 
 
 class MemorySource(ActualSource):

@@ -42,6 +42,7 @@ from ..spec.errors import AclnnError, one_line
 from .actuals import ActualSource, Problem, check_array
 from .frameworks import FrameworkError, framework
 from .memory_case import spec_case
+from .report import NOT_RECORDED
 from .run import UNKNOWN_CODE
 
 __all__ = ["ImplementationError", "Implementation", "ImplementationSource", "CaseRun",
@@ -191,7 +192,9 @@ class ImplementationSource(ActualSource):
         return (None if run.not_run else run.status), None
 
     def rejection(self, case_id: str) -> str:
-        return self._runs[case_id].error
+        """``my_kernels.norm_rope_concat raised ValueError: ...`` ("" when nothing raised)."""
+        run = self._runs[case_id]
+        return f"{self.path}.{run.function} raised {run.error}" if run.error else ""
 
     def not_run_reason(self, case_id: str) -> str:
         return self._runs[case_id].not_run
@@ -202,6 +205,13 @@ class ImplementationSource(ActualSource):
             return Problem("missing", run.not_run)
         where = f"{self.path}.{run.function}"
         if output not in run.outputs:
+            stats = [o.name for o in ops.get(op).outputs if o.role == "stats"]
+            if output in stats and not set(stats) & set(run.outputs):
+                return Problem(NOT_RECORDED, f"{where} returned no statistics (it returned "
+                                             f"{', '.join(run.outputs) or 'nothing'}), so "
+                                             f"{output} is not judged; return the statistics "
+                                             "after the other outputs, in the spec's order, to "
+                                             "judge them")
             return Problem("missing", f"{where} returned no {output}")
         return check_array(run.outputs[output], dtype, shape, f"{where}[{output}]")
 
@@ -228,7 +238,7 @@ class ImplementationSource(ActualSource):
         inputs = case.input_arrays()
         attrs = record.attrs_of(case.params)
         if plan_of is not None:
-            plan = plan_of(record.call_of(case.params, inputs))
+            plan = plan_of(record.call_of(case.params, inputs), case.params)
             target = ops.get(plan.forward)
         else:
             plan, target = None, record

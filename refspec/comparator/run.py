@@ -10,11 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .. import goldens
-from ..goldens.selection import operator_ids, select_ids
+from ..goldens.selection import operator_ids, profiles, select_ids
 from ..goldens.format import UnknownCaseError
 from ..spec.errors import one_line
 from .actuals import H5Source, MemorySource, NpzSource, Problem, TreeSource, ActualSource
-from .benchmark import BenchmarkUnavailable, float32_benchmark
+from .benchmark import BenchmarkUnavailable, float32_benchmark, unattainable
 from .judge import JudgeOptions, golden_output_info, judge_output
 from ..inputs.output_map import Mapping, load_mapping
 from .dump_source import MsprobeSource, is_msprobe_dir
@@ -67,7 +67,7 @@ def open_source(actual, mapping: Mapping | None = None) -> ActualSource:
                             ".npz/.npy, HDF5, an msprobe dump directory")
 
 
-def _cases(golden, selectors, operators=None, case_ids=None):
+def _cases(golden, selectors, operators=None, case_ids=None, socs=None):
     """(label, list of cases, closer) for a path, an open GoldenFile, or case objects."""
     if isinstance(golden, (str, os.PathLike, goldens.GoldenFile)):
         own = not isinstance(golden, goldens.GoldenFile)
@@ -79,7 +79,7 @@ def _cases(golden, selectors, operators=None, case_ids=None):
                     raise UnknownCaseError(f"case {missing[0]!r} is not in {gf.path}")
                 ids = list(case_ids)
             else:
-                ids = select_ids(gf, selectors, operators)
+                ids = select_ids(gf, selectors, operators, socs)
         except BaseException:
             if own:
                 gf.close()
@@ -93,6 +93,8 @@ def _cases(golden, selectors, operators=None, case_ids=None):
     wanted = operator_ids(operators)
     if wanted is not None:
         cases = [c for c in cases if c.op in wanted]
+    if socs is not None:
+        cases = [c for c in cases if c.params.get("soc") in socs]
     label = cases[0].case_id if len(cases) == 1 else f"{len(cases)} cases"
     return label, iter(cases), len(cases), lambda: None
 
@@ -102,7 +104,7 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
             ratio_level: str | None = None, heatmaps: bool = False,
             heatmap_axes: str | None = None, progress=None, fast: bool = True, status=None,
             only_present: bool = False, operators=None, case_ids=None, jobs: int = 1,
-            scheduler: str | None = None) -> Report:
+            scheduler: str | None = None, socs=None) -> Report:
     """Judge a kernel's outputs against golden cases.
 
     ``golden``: a golden HDF5 path, an open ``refspec.goldens.GoldenFile``, or case objects
@@ -118,10 +120,13 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
     it takes the place of the ``status.json`` files of a directory. ``only_present``: cases
     with no output and no status were left out on purpose (they do not fail the run).
     ``operators``: only the cases of these operators (short ids, function or aclnn names);
-    ``case_ids``: exactly these cases (no patterns). ``jobs`` worker processes, or the Dask
-    cluster at ``scheduler``, judge groups of cases side by side (the golden file and the
-    actual outputs given as paths, or an actual source description such as ``refspec run``'s
-    ``Implementation``); the report is the one a single process gives.
+    ``case_ids``: exactly these cases (no patterns). ``socs``: only the cases of these chip
+    profiles (``"A2"``, ``"950"``, ``"none"`` or None for the math-only one); the math-only
+    profile's statuses are judged only when it is among them (``_judge_status``). ``jobs``
+    worker processes, or the Dask cluster at ``scheduler``, judge groups of cases side by side
+    (the golden file and the actual outputs given as paths, or an actual source description
+    such as ``refspec run``'s ``Implementation``); the report is the one a single process
+    gives.
     Input problems become per-output statuses; ``CompareUsageError`` and
     ``refspec.goldens.GoldenFileError`` are raised for unusable arguments.
     """
@@ -137,6 +142,7 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
             raise CompareUsageError(f"{name} must be a finite number >= 0, got {v!r}")
     try:
         operator_ids(operators)
+        socs = profiles(socs)
     except ValueError as exc:
         raise CompareUsageError(str(exc)) from None
     if mapping is not None and not isinstance(mapping, Mapping):
@@ -150,10 +156,10 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
                                       saturation=saturation, mapping=mapping, top=top,
                                       ratio_level=ratio_level, heatmaps=heatmaps,
                                       heatmap_axes=heatmap_axes, fast=fast, status=status,
-                                      only_present=only_present))
+                                      only_present=only_present, socs=socs))
     source = open_source(actual, mapping)
     try:
-        label, case_iter, n_cases, close = _cases(golden, cases, operators, case_ids)
+        label, case_iter, n_cases, close = _cases(golden, cases, operators, case_ids, socs)
     except BaseException:
         source.close()
         raise
@@ -176,6 +182,7 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
         else None
     opts = JudgeOptions(standard, rtol, atol, saturation, top, ratio_level, heatmap_axes, heatmaps,
                         fast=fast, pool=pool)
+    unjudged = None if socs is not None and None in socs else []   # math-only statuses
     try:
         for i, case in enumerate(case_iter):
             source.single_case = case.case_id if n_cases == 1 else None
@@ -184,8 +191,8 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
                 code, why = source.status(case.case_id)
             else:
                 code, why = statuses.get(case.case_id, statuses.get(None)), None
-            if not _judge_status(case, code, why, report, source):
-                _judge_case(case, source, opts, report, code is not None)
+            if not _judge_status(case, code, why, report, source, unjudged):
+                _judge_case(case, source, opts, report, code is not None or why is not None)
             if progress is not None:
                 progress(i + 1, n_cases, case.case_id)
     finally:
@@ -193,6 +200,8 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
             pool.shutdown()
         close()
         source.close()
+    if unjudged:
+        report.notes.append(_math_only_note(unjudged))
     report.timings = dict(source.timings)
     report.elapsed = time.perf_counter() - t0
     return report
@@ -218,7 +227,7 @@ def _compare_in_parts(golden, actual, selectors, operators, jobs, scheduler, pro
     actual = os.fspath(actual) if isinstance(actual, os.PathLike) else actual
     open_source(actual, options["mapping"]).close()        # usage errors before any work
     with goldens.open(golden) as gf:
-        ids = select_ids(gf, selectors, operators)
+        ids = select_ids(gf, selectors, operators, options["socs"])
         size = {r.case_id: r.data_bytes for r in gf.summary()}
     workers = executors.worker_count(scheduler) if scheduler else jobs
     groups = executors.balance([size.get(i, 0) + CASE_BYTES for i in ids], 4 * workers)
@@ -285,28 +294,30 @@ def _status_row(case, status, reason, message="", code=None) -> OutputResult:
                             if case.expected_error is not None else "the kernel returns 0"))
 
 
-def _judge_status(case, code, why, report: Report, source: ActualSource) -> bool:
+def _judge_status(case, code, why, report: Report, source: ActualSource, unjudged=None) -> bool:
     """Judge the status a kernel returned for a case (docs/compare.md, "Negative cases"): a
     negative case passes when the code equals the expected one and is "not run" without a
     status; a positive case with a non-zero status is "rejected". ``UNKNOWN_CODE``: the kernel
     rejected the case without saying which aclnn code (the source tells what it said): a
-    rejection whose code cannot be checked. True when the case needs nothing more (its outputs are not
-    judged)."""
+    rejection whose code cannot be checked. A status that cannot be read is an input problem of
+    its own, and a positive case's outputs are judged all the same. ``unjudged`` (a list):
+    the math-only profile's statuses are not judged (docs/compare.md, "The math-only
+    profile"): a math-only case the kernel rejected, and a negative one, are added to it
+    instead. True when the case needs nothing more (its outputs are not judged)."""
     expected = getattr(case, "expected_error", None)
     context = context_of(case.op, case.params)
     said = source.rejection(case.case_id) if code else ""
-    if why is not None:
+    if why is not None:                   # and a positive case's outputs are judged still
         report.results.append(_status_row(case, "", "").problem("unreadable", why))
+        return expected is not None
+    if unjudged is not None and case.params.get("soc") is None and (expected is not None or code):
+        unjudged.append((case.case_id, code, expected))
         return True
     if expected is None:
         if code is None or code == 0:
             return False
-        got = "an error without an aclnn code" if code == UNKNOWN_CODE else str(code)
-        reason = f"the kernel returned {got} for a valid input (expected 0)" + (
-            f": {said}" if said else "")
-        report.results.append(_status_row(case, "rejected", reason,
-                                          f"{STATUS_ROW} = {got} but should be 0: rejected a "
-                                          f"valid input [{context}]" + (f" ({said})" if said else "")))
+        report.results.append(_rejected(case, code, said, source.kind == "implementation",
+                                        context))
         return True
     what = f"aclnn {expected}" + (f" {case.expected_error_status}"
                                   if getattr(case, "expected_error_status", None) else "")
@@ -334,6 +345,57 @@ def _judge_status(case, code, why, report: Report, source: ActualSource) -> bool
     return True
 
 
+def _beyond_arithmetic(res: OutputResult, case, why: str | None) -> str:
+    """A failing output of a case whose goldens a kernel computing in its own arithmetic cannot
+    attain (``benchmark.unattainable``: ``why``, found once per case) is ``too_strict``, not a
+    kernel failure; returns ``why``."""
+    if why is None:
+        try:
+            why = unattainable(case)
+        except Exception as exc:  # inputs the check cannot read: judged as they are
+            why = ""
+            res.hint = ("whether a kernel's arithmetic can attain this case is unknown: "
+                        f"{one_line(exc)}")
+    if why:
+        res.status = "too_strict"
+        res.reason += (f"; the case is beyond a kernel's own arithmetic: {why}, where the golden "
+                       "is finite (not a kernel failure)")
+        res.message += " [golden beyond the kernel's arithmetic]"
+        res.hint = f"{why}: the inputs, not the kernel, are out of range"
+    return why
+
+
+def _math_only_note(unjudged: list) -> str:
+    """The report's note on the math-only cases whose status was not judged."""
+    def what(code, expected):
+        got = ("no status" if code is None else f"returned {code}" if code != UNKNOWN_CODE
+               else "rejected without an aclnn code")
+        return got + (f", the math rejects it with {expected}" if expected else "")
+
+    shown = "; ".join(f"{cid}: {what(code, expected)}" for cid, code, expected in unjudged[:5])
+    more = f"; and {len(unjudged) - 5} more" if len(unjudged) > 5 else ""
+    return (f"{len(unjudged)} math-only cases (soc=none) not judged by their status: the "
+            "math-only profile says what the mathematics needs, which no chip is bound to "
+            f"accept or reject alike; --soc none judges their statuses ({shown}{more})")
+
+
+def _rejected(case, code, said: str, called: bool, context: str) -> OutputResult:
+    """The row of a valid input the kernel rejected. ``called``: the source called a Python
+    function, and ``said`` is the exception it raised (its code, if any, read from it)."""
+    if called:
+        code_text = "" if code == UNKNOWN_CODE else f" (aclnn {code})"
+        return _status_row(case, "rejected", f"{said}{code_text} for a valid input (expected it "
+                                             "to return the outputs)",
+                           f"{STATUS_ROW}: {said}{code_text} but should return the outputs "
+                           f"[{context}]")
+    got = "an error without an aclnn code" if code == UNKNOWN_CODE else str(code)
+    reason = f"the kernel returned {got} for a valid input (expected 0)" + (
+        f": {said}" if said else "")
+    return _status_row(case, "rejected", reason, f"{STATUS_ROW} = {got} but should be 0: rejected "
+                                                 f"a valid input [{context}]"
+                                                 + (f" ({said})" if said else ""))
+
+
 def _judge_case(case, source, opts: JudgeOptions, report: Report, has_status: bool) -> None:
     context = context_of(case.op, case.params)
     lookups, infos = {}, {}
@@ -349,7 +411,7 @@ def _judge_case(case, source, opts: JudgeOptions, report: Report, has_status: bo
         report.not_run.append(NotRun(case.case_id, case.op, source.not_run_reason(case.case_id)
                                      or "no output and no status"))
         return
-    bench, bench_error = None, None
+    bench, bench_error, beyond = None, None, None
     if opts.standard == "ratio":
         try:
             bench = float32_benchmark(case)
@@ -379,4 +441,6 @@ def _judge_case(case, source, opts: JudgeOptions, report: Report, has_status: bo
         actual = lookups[name]
         res = judge_output(case, name, actual, rule, opts, context,
                            None if bench is None else bench.get(name), None, info)
+        if res.status == "fail":
+            beyond = _beyond_arithmetic(res, case, beyond)
         report.results.append(res)

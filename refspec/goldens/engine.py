@@ -31,7 +31,7 @@ from .. import goldens, ops
 from . import executors, shards
 from .atomic import write_text_atomic
 from .cases import build_case, probe, regenerate_command
-from .format import GoldenFileDamagedError
+from .format import GoldenFileDamagedError, parts_dir
 from .sweep import Case, Sweep, SweepError
 
 __all__ = ["GenerateError", "GenerateInterrupted", "Summary", "Run", "check_expectations", "generate",
@@ -170,11 +170,6 @@ def split(cases: list[Case], parts: int) -> list[list[Case]]:
     """``cases`` in ``parts`` groups of about equal work (planned elements plus a cost per
     case), each group in the cases' order."""
     return [[cases[i] for i in g] for g in executors.balance([_cost(c) for c in cases], parts)]
-
-
-def parts_dir(out) -> str:
-    """Where a run in parts keeps its part files: ``OUT.h5.parts``."""
-    return os.fspath(out) + ".parts"
 
 
 @dataclass

@@ -32,7 +32,7 @@ from . import executors
 from .atomic import write_chunks_atomic
 from .format import GoldenFileError, check_case_id
 from .read import GoldenCase, GoldenFile, LazyArray
-from .selection import match_ids
+from .selection import select_ids
 from .format import stored_dtype
 from .layout import CASE_JSON, EXPORT_SCHEMA, STATUS_FILE
 
@@ -178,14 +178,16 @@ FILE_COST = 1 << 17
 
 
 def export_cases(path, out_dir, case_ids=None, fmt: str = "bin", force: bool = False,
-                 jobs: int = 1, scheduler: str | None = None) -> list[str]:
+                 jobs: int = 1, scheduler: str | None = None, socs=None) -> list[str]:
     """Export cases of the golden file ``path`` under ``out_dir``; returns the case directories.
 
-    ``case_ids``: ids or shell patterns (None = every case). ``jobs`` worker processes (or the
-    Dask cluster at ``scheduler``) export groups of cases of about equal size side by side,
-    each reading the golden file itself. Raises ExportError if a target file exists and
-    ``force`` is False (before writing anything), UnknownCaseError for an unknown id,
-    GoldenFileError for an unreadable file and OSError when the directory cannot be written.
+    ``case_ids``: ids or shell patterns (None = every case); ``socs``: only the cases of these
+    chip profiles (None: every one; ``refspec.goldens.selection.profiles``). ``jobs`` worker
+    processes (or the Dask cluster at ``scheduler``) export groups of cases of about equal
+    size side by side, each reading the golden file itself. Raises ExportError if a target
+    file exists and ``force`` is False (before writing anything), UnknownCaseError for an
+    unknown id, GoldenFileError for an unreadable file and OSError when the directory cannot
+    be written.
     """
     if fmt not in FORMATS:
         raise ExportError(f"format {fmt!r} is not supported; allowed: {', '.join(FORMATS)}")
@@ -193,7 +195,7 @@ def export_cases(path, out_dir, case_ids=None, fmt: str = "bin", force: bool = F
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise ExportError("output exists and is not a directory", out_dir)
     with GoldenFile(path) as gf:
-        ids = match_ids(gf, case_ids)
+        ids = select_ids(gf, case_ids, socs=socs)
         if not force and os.path.isdir(out_dir):      # nothing is written if anything exists
             existing = [t for case_id in ids for t in _targets(gf[case_id], out_dir, fmt)
                         if os.path.lexists(t)]

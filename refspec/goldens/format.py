@@ -20,7 +20,8 @@ __all__ = [
     "SCHEMA_VERSION", "CASES_GROUP", "CHUNK_BYTES", "MIN_CHUNKED_BYTES", "INDEX_DATASET", "CASE_SUBGROUPS", "BF16_ENCODING",
     "COMPRESSIONS", "DEFAULT_COMPRESSION", "DEFAULT_GZIP_LEVEL", "LIBVER",
     "GoldenFileError", "GoldenFileExistsError", "GoldenFileDamagedError", "UnknownCaseError",
-    "part_path", "encode_array", "decode_array", "stored_dtype", "bits_to_bfloat16", "chunk_shape",
+    "part_path", "parts_dir", "interrupted_run", "encode_array", "decode_array", "stored_dtype",
+    "bits_to_bfloat16", "chunk_shape",
     "compression_filters", "describe_compression", "case_path", "check_case_id", "to_jsonable", "attr_value",
     "read_attrs", "atomic_replace",
 ]
@@ -90,6 +91,24 @@ class UnknownCaseError(KeyError):
 def part_path(path) -> str:
     """The temporary name a file is written under until it is complete."""
     return os.fspath(path) + ".part"
+
+
+def parts_dir(out) -> str:
+    """Where a run in parts keeps its part files: ``OUT.h5.parts``."""
+    return os.fspath(out) + ".parts"
+
+
+def interrupted_run(path) -> str:
+    """What an interrupted ``refspec generate -o PATH`` left beside a missing ``path`` (its
+    ``.part`` file or ``.parts/`` folder), as the end of a message; "" when nothing."""
+    part, parts = part_path(path), parts_dir(path)
+    if os.path.isfile(part):
+        return (f"; {part} beside it holds the cases an interrupted run wrote (`refspec show "
+                f"{part}` shows them; the same generate command with --resume completes it)")
+    if os.path.isdir(parts):
+        return (f"; {parts}{os.sep} beside it holds the part files of an interrupted run (the "
+                "same generate command with --resume completes it)")
+    return ""
 
 
 # --- arrays ---------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from math import prod
 
@@ -21,7 +22,8 @@ from ..spec.dtypes import bfloat16
 from ..spec.errors import one_line
 from . import index, legacy
 from .format import (BF16_ENCODING, CASE_SUBGROUPS, CASES_GROUP, INDEX_DATASET, SCHEMA_VERSION,
-                     GoldenFileError, UnknownCaseError, case_path, decode_array, read_attrs)
+                     GoldenFileError, UnknownCaseError, case_path, decode_array, interrupted_run,
+                     read_attrs)
 
 __all__ = ["open", "GoldenFile", "GoldenCase", "LazyArray", "ArrayGroup"]
 
@@ -451,7 +453,7 @@ class GoldenFile:
 
 def _open_h5(path: str) -> h5py.File:
     if not os.path.exists(path):
-        raise GoldenFileError("no such file", path)
+        raise GoldenFileError("no such file" + interrupted_run(path), path)
     if os.path.isdir(path):
         raise GoldenFileError("is a directory, not a golden file", path)
     if not os.access(path, os.R_OK):
@@ -462,7 +464,10 @@ def _open_h5(path: str) -> h5py.File:
         return h5py.File(path, "r")
     except OSError as exc:
         detail = one_line(exc)
-        if "lock" in detail.lower():
+        if "truncated file" in detail:
+            detail = (f"truncated: shorter than its header says (copied or written in part?): "
+                      f"{detail}")
+        elif re.search(r"\block(ed|ing)?\b", detail.lower()):
             detail = f"locked by another process (being written?): {detail}"
         raise GoldenFileError(f"cannot open the HDF5 file: {detail}", path) from None
 

@@ -19,8 +19,8 @@ from ..ops.axes import env_value
 from .constraints import SweepError
 from .format import UnknownCaseError
 
-__all__ = ["FILTERS", "normalize_filter", "parse_where", "filter_cases", "parse_shard", "shard", "match_ids",
-           "select_ids", "operator_ids"]
+__all__ = ["FILTERS", "normalize_filter", "parse_where", "filter_cases", "parse_shard", "shard",
+           "match_ids", "select_ids", "operator_ids", "profiles"]
 
 #: the filters of ``refspec list`` / ``generate`` besides ``--op``
 FILTERS = ("soc", "dtype", "mode", "layout")
@@ -141,12 +141,22 @@ def operator_ids(operators) -> set | None:
     return found
 
 
-def select_ids(gf, selectors=None, operators=None) -> list[str]:
-    """The case ids of a golden file that ``selectors`` (ids or shell patterns) and
-    ``operators`` choose, in file order."""
+def select_ids(gf, selectors=None, operators=None, socs=None) -> list[str]:
+    """The case ids of a golden file that ``selectors`` (ids or shell patterns), ``operators``
+    and ``socs`` (chip profiles as ``normalize_filter("soc", ...)`` gives them, None for the
+    math-only one; matched against each case's ``params["soc"]``) choose, in file order."""
     ids = match_ids(gf, selectors)
     wanted = operator_ids(operators)
-    if wanted is None:
-        return ids
-    op_of = {r.case_id: r.op for r in gf.summary()}
-    return [i for i in ids if op_of.get(i) in wanted]
+    if wanted is not None:
+        op_of = {r.case_id: r.op for r in gf.summary()}
+        ids = [i for i in ids if op_of.get(i) in wanted]
+    if socs is not None:
+        ids = [i for i in ids if gf[i].params.get("soc") in set(socs)]
+    return ids
+
+
+def profiles(values) -> set | None:
+    """``--soc`` values (A2, A3, 950, none; any spelling the soc axis reads) as a set of
+    profiles (None: the math-only one), or None when none is given; SweepError for an unknown
+    value."""
+    return {normalize_filter("soc", v) for v in values} if values else None

@@ -64,13 +64,17 @@ class Tensor:
 @dataclass(frozen=True)
 class Output:
     """An output: its name in the spec's result, its aclnn name, its dtype (None: the
-    operator's, its primary input's; or a fixed one such as ``"float32"``) and the letters of
-    its axes, a template filled in from the case parameters (``"{layout}"``)."""
+    operator's, its primary input's; or a fixed one such as ``"float32"``), the letters of
+    its axes, a template filled in from the case parameters (``"{layout}"``), and its role:
+    ``"stats"`` for statistics a forward returns for its backward (NormRopeConcat's training
+    mean/rstd), which a Python implementation may leave out (``refspec run`` then says it
+    returned none and judges the rest), "" for every other output."""
 
     name: str
     aclnn: str
     dtype: str | None = None
     axes: str = ""
+    role: str = ""
 
 
 class TensorPlan(NamedTuple):
@@ -153,13 +157,16 @@ class Generation:
 @dataclass(frozen=True)
 class Comparison:
     """What the comparator asks of an operator: the parameters shown in the context of its
-    messages, its msprobe accuracy level (the ratio standard's thresholds) and the
+    messages, its msprobe accuracy level (the ratio standard's thresholds), the
     same-precision float32 kernel of the ratio standard (``benchmark(call)``: {output: float32
-    result}), if it has one."""
+    result}), if it has one, and ``unattainable(call)`` (below)."""
 
     context: tuple[str, ...] = ("dtype",)
     ratio_level: str = "L0"
     benchmark: Callable[[Call], dict] | None = None
+    #: why a kernel computing the documented dataflow in its own arithmetic (float32 for the
+    #: device dtypes) cannot attain a call's goldens, "" when it can (None: it always can)
+    unattainable: Callable[[Call], str] | None = None
 
 
 class Autograd(NamedTuple):
@@ -205,8 +212,8 @@ class Operator:
     sweep: SweepAxes
     generation: Generation
     comparison: Comparison = Comparison()
-    #: Call of a backward case -> ``Autograd``; None for a forward operator
-    autograd: Callable[[Call], Autograd] | None = None
+    #: (Call of a backward case, its parameters) -> ``Autograd``; None for a forward operator
+    autograd: Callable[[Call, dict], Autograd] | None = None
 
     # --- names -------------------------------------------------------------------------------
     @property
@@ -348,13 +355,17 @@ class Operator:
     def upgrade_params(self, params: dict) -> dict:
         """Parameters as a golden file of schema 1 or an older case.json stored them, under the
         axes' names and in their canonical values (``cos_pattern`` -> ``cos``, mode 0 with
-        ``mode_name`` "half" -> mode "half")."""
+        ``mode_name`` "half" -> mode "half"); an axis they lack whose default is left out of
+        case ids (``fault=none``, NormRopeConcatBackward's ``eps``, added later) has that
+        default, the value every case had before the axis."""
         out = dict(params)
         for a in self.sweep.axes:
             if a.legacy is not None and a.legacy in out:
                 out[a.name] = out.pop(a.legacy)
             if a.name in out:
                 out[a.name] = _read(a, out[a.name])
+            elif a.default == (a.omit,):
+                out[a.name] = a.omit
         return out
 
     def complete_attrs(self, attrs: dict) -> dict:

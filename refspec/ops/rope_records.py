@@ -252,7 +252,7 @@ def _benchmark(grad: bool):
     return benchmark
 
 
-def _autograd(call: Call) -> Autograd:
+def _autograd(call: Call, params: dict | None = None) -> Autograd:
     """dx, dcos, dsin are the gradients of y = RotaryPositionEmbedding(x, cos, sin) for the
     upstream gradient dy; without x only dx is asked for (it does not depend on x)."""
     inputs = call.inputs

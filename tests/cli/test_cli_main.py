@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from click.testing import CliRunner
 
 import refspec
@@ -48,3 +50,28 @@ def test_bare_refspec_prints_the_help_with_exit_0():
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("Usage: ") and "Commands:" in lines and len(lines) > 10
     assert any(ln.strip().startswith("compare") for ln in lines)
+
+
+def _interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+def test_ctrl_c_inside_the_test_runner_interrupts_the_caller(monkeypatch):
+    """Ctrl-C while a command runs in this process (click's test runner in a test session)
+    reaches the caller as a KeyboardInterrupt, so the test session stops instead of counting
+    one more command that exited with 130."""
+    from refspec.cli import generate
+    monkeypatch.setattr(generate, "load_sweep", _interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        CliRunner().invoke(main, ["list"])
+
+
+def test_ctrl_c_at_the_process_entry_is_one_line_and_exit_130(monkeypatch, capsys):
+    """The console script's entry (``main()``): one line on stderr, exit code 130."""
+    from refspec.cli import generate
+    monkeypatch.setattr(generate, "load_sweep", _interrupt)
+    with pytest.raises(SystemExit) as exit_:
+        main(["generate", "-o", "never.h5"], prog_name="refspec")
+    assert exit_.value.code == 130
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == ["refspec: error: interrupted before any case was written"]

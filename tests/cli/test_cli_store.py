@@ -143,3 +143,33 @@ def test_show_and_pack_of_a_jobs_run_and_merge_allow_partial(tmp_path):
     res = run("merge", tmp_path / "m.h5", shard1, "--allow-partial")
     assert res.exit_code == 0 and "PARTIAL: missing shard 2/2" in res.stderr
     assert "complete:          NO (partial: missing shard 2/2)" in run("show", tmp_path / "m.h5").output
+
+
+def test_show_of_an_unknown_case_says_how_to_list_the_ids(golden):
+    assert_user_error(run("show", golden, "nosuch"), "case 'nosuch' is not in",
+                      f"`refspec show {golden} --ids` lists them")
+    listed = run("show", golden, "--ids")
+    assert listed.exit_code == 0 and listed.output.split() == [RG, NRC, NEG]
+
+
+def test_a_truncated_file_is_reported_truncated_not_locked(golden, tmp_path):
+    cut = tmp_path / "cut.h5"
+    cut.write_bytes(open(golden, "rb").read()[:20000])
+    res = run("show", cut)
+    assert_user_error(res, "cut.h5: cannot open the HDF5 file: truncated")
+    assert "locked" not in res.stderr
+
+
+def test_a_missing_file_names_what_an_interrupted_run_left_beside_it(golden, tmp_path):
+    """After Ctrl-C, OUT.h5 does not exist yet: the message names OUT.h5.part (or the
+    OUT.h5.parts/ folder of a --jobs run) and what to do with it."""
+    out = tmp_path / "x.h5"
+    part = tmp_path / "x.h5.part"
+    part.write_bytes(open(golden, "rb").read())
+    assert_user_error(run("show", out), "x.h5: no such file", f"{part} beside it",
+                      f"`refspec show {part}`", "--resume")
+    assert run("show", part).exit_code == 0
+    part.unlink()
+    (tmp_path / "x.h5.parts").mkdir()
+    assert_user_error(run("show", out), "x.h5: no such file", f"x.h5.parts{os.sep} beside it",
+                      "--resume")

@@ -232,3 +232,22 @@ def test_unusable_arguments_raise(golden, tmp_path):
         compare(golden, {}, standard="nope")
     with pytest.raises(goldens.GoldenFileError):
         compare(str(tmp_path / "bad.toml"), {})
+
+
+def test_a_golden_file_compared_with_itself_passes(tmp_path):
+    """A golden file as the actual outputs: its expected outputs decoded as the reader decodes
+    them (bfloat16 included) and each case's status the one it was made with, so a negative
+    case is judged by its expected code; a file of a --jobs run (an index and its parts) too."""
+    from refspec.goldens.engine import generate
+    from refspec.goldens.sweep import load_sweep
+    sweep = load_sweep("smoke")
+    cases = [c for c in sweep.cases() if c.op in ("rope_grad", "nrc")][::6]
+    assert {c.params["dtype"] for c in cases} >= {"bfloat16", "float16", "float32"}
+    for jobs in (1, 2):
+        path = tmp_path / f"g{jobs}.h5"
+        generate(sweep, cases, path, jobs=jobs)
+        report = compare(str(path), str(path))
+        assert report.passed and not report.not_run, report.summary_line()
+        negative = [r for r in report.results if r.output == "(status)"]
+        assert negative and all(r.status == "pass" for r in negative)
+        assert {r.dtype for r in report.results} >= {"bfloat16", "float16", "float32"}

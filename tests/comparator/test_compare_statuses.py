@@ -44,7 +44,8 @@ def golden(tmp_path_factory):
     neg = rope_grad_case(dtype="float32", seed=3)
     with goldens.GoldenWriter(path, sweep_name="t", sweep_definition="", sweep_seed=0) as w:
         for k, cid in enumerate(POS):
-            w.write_case(rope_grad_case(shape=(1, 2, 4, 8), dtype='float16', seed=k, case_id=cid))
+            w.write_case(rope_grad_case(shape=(1, 2, 4, 8), dtype='float16', seed=k, case_id=cid,
+                                        soc="A2"))
         w.write_case(CaseData(NEG, neg.op, {**neg.params, "soc": "A2"}, 3, neg.inputs, regenerate='r',
                               error=refspec.TilingError('dy: D=31 must be even')))
     return str(path)
@@ -121,6 +122,85 @@ def test_status_file_that_cannot_be_read(golden, exported):
     exported.joinpath(*NEG.split("/"), "status.json").write_text('{"code": "561002"}')
     row = next(r for r in compare(golden, str(exported)).results if r.case_id == NEG)
     assert row.status == "unreadable" and "integer" in row.reason
+
+
+def test_a_bad_status_file_does_not_hide_the_outputs(golden, exported):
+    """A status.json that cannot be read is reported, and the case's outputs are judged all the
+    same: a wrong output shows now, not after the status file is fixed."""
+    _status(exported, NEG, 561002)
+    exported.joinpath(*POS[0].split("/"), "status.json").write_text("{not json")
+    dx = exported.joinpath(*POS[0].split("/"), "dx.bin")
+    wrong = np.fromfile(dx, dtype=np.float16)
+    (wrong + np.float16(1)).tofile(dx)
+    rows = {r.output: r for r in compare(golden, str(exported)).results if r.case_id == POS[0]}
+    assert rows["(status)"].status == "unreadable" and "status.json" in rows["(status)"].reason
+    assert rows["dx"].status == "fail" and rows["dcos"].status == "pass"
+
+
+def test_a_parent_folder_of_the_cases_says_where_they_are(golden, exported):
+    """ACTUAL one level above the export (or a folder inside it): every case is not run, and
+    the reason names the folder that holds the cases."""
+    for actual in (exported.parent, exported / "rope"):
+        rep = compare(golden, str(actual))
+        assert not rep.results and len(rep.not_run) == 4
+        assert {n.reason for n in rep.not_run} == {
+            f"{actual} holds no case folders; they are under {exported} (compare against that "
+            "folder)"}
+        assert f"they are under {exported}" in render_text(rep)
+
+
+@pytest.fixture(scope="module")
+def math_only(tmp_path_factory):
+    """A2 cases beside math-only ones: a float64 case (the math accepts it, a chip rejects
+    float64 with 161002) and a case the math rejects (odd D)."""
+    path = tmp_path_factory.mktemp("m") / "m.h5"
+    neg = rope_grad_case(dtype="float32", seed=5)
+    with goldens.GoldenWriter(path, sweep_name="t", sweep_definition="", sweep_seed=0) as w:
+        w.write_case(rope_grad_case(shape=(1, 2, 4, 8), dtype="float16", case_id="a2", soc="A2"))
+        w.write_case(rope_grad_case(shape=(1, 2, 4, 8), dtype="float64", case_id="math/f64"))
+        w.write_case(CaseData("math/odd", neg.op, neg.params, 5, neg.inputs, regenerate="r",
+                              error=refspec.TilingError("dy: D=31 must be even")))
+    return str(path)
+
+
+def test_the_math_only_profile_statuses_are_judged_only_when_selected(math_only, tmp_path):
+    """A kernel for one chip rejects float64 (161002) and answers the odd D with a code of its
+    own: by default neither math-only status is judged (no REJECTED or failing row; a note
+    lists them) while the A2 case is; with --soc none (socs=["none"]) they are judged."""
+    out = tmp_path / "out"
+    export(math_only, out)
+    _write_outputs(math_only, out, ["a2"])
+    _status(out, "math/f64", 161002)
+    _status(out, "math/odd", 161002)
+    rep = compare(math_only, str(out))
+    assert rep.passed and not rep.not_run, rep.summary_line()
+    assert {r.case_id for r in rep.results} == {"a2"}
+    assert len(rep.notes) == 1 and rep.notes[0].startswith("2 math-only cases (soc=none) not "
+                                                           "judged by their status")
+    assert "math/f64: returned 161002" in rep.notes[0] and "--soc none" in rep.notes[0]
+    assert rep.notes[0] in render_text(rep)
+    rep = compare(math_only, str(out), socs=["none"])
+    rows = {r.case_id: r.status for r in rep.results}
+    assert rows == {"math/f64": "rejected", "math/odd": "fail"} and not rep.passed
+    # the math-only numbers are judged by default: a kernel that answers float64
+    _write_outputs(math_only, out, ["math/f64"])
+    _status(out, "math/f64", 0)
+    rep = compare(math_only, str(out), socs=["A2", None])
+    assert {r.case_id for r in rep.results if r.output == "dx"} == {"a2", "math/f64"}
+    rep = compare(math_only, str(out))
+    assert {r.case_id for r in rep.results if r.output == "dx"} == {"a2", "math/f64"}
+    assert rep.notes and "math/odd" in rep.notes[0] and "math/f64" not in rep.notes[0]
+
+
+def test_soc_selects_the_cases_of_compare_run_and_export(math_only, tmp_path):
+    out = tmp_path / "out"
+    export(math_only, out, socs={"A2"})
+    assert [p.parent.name for p in out.rglob("case.json")] == ["a2"]
+    _write_outputs(math_only, out, ["a2"])
+    rep = compare(math_only, str(out), socs=["a2"])
+    assert rep.passed and {r.case_id for r in rep.results} == {"a2"} and not rep.notes
+    with pytest.raises(CompareUsageError, match="--soc: unknown value 'B9'"):
+        compare(math_only, str(out), socs=["B9"])
 
 
 def test_positive_case_with_a_non_zero_status_is_rejected(golden, exported):
@@ -220,6 +300,41 @@ def big_bf16(tmp_path_factory):
     dx_err = np.abs(np.asarray(kw.expected["dx"], np.float64) - kw.exact["dx"])
     assert np.count_nonzero(dx_err > 2.0 ** -7) > 0          # the rounded golden fails it
     return str(path), {n: np.asarray(kw.expected[n]).copy() for n in names}
+
+
+def _float32_layer_norm(x):
+    """A float32 kernel's LayerNorm over D, two passes as documented (no rescaling)."""
+    with np.errstate(all="ignore"):
+        d = x - x.mean(-1, keepdims=True, dtype=np.float32)
+        return d / np.sqrt((d * d).mean(-1, keepdims=True, dtype=np.float32) + np.float32(1e-5))
+
+
+def test_a_case_beyond_float32_arithmetic_is_too_strict():
+    """Inputs whose LayerNorm variance overflows float32 (a real run's, say): what a float32
+    kernel gives there is too_strict, saying why, not a failure; a NaN on ordinary inputs
+    fails."""
+    from refspec.comparator.memory_case import spec_case
+    rng = np.random.default_rng(0)
+    q = (rng.standard_normal((1, 3, 2, 8)) * 1e37).astype(np.float32)       # B S N D
+    k, v = (rng.standard_normal((1, 3, 2, 8)).astype(np.float32) for _ in range(2))
+
+    def kernel(q, k):
+        return {"query_output": _float32_layer_norm(q).transpose(0, 2, 1, 3),
+                "key_output": _float32_layer_norm(k).transpose(0, 2, 1, 3),
+                "value_output": v.transpose(0, 2, 1, 3)}
+    out = kernel(q, k)
+    assert np.all(out["query_output"] == 0)          # its variance overflowed to inf
+    rep = compare(spec_case("nrc", query=q, key=k, value=v, norm_type=1), out)
+    rows = {r.output: r for r in rep.results}
+    assert rows["query_output"].status == "too_strict" and rep.passed
+    assert "LayerNorm statistics overflow float32 in query (6 of 6 rows)" in rows["query_output"].reason
+    assert rows["query_output"].message.endswith("[golden beyond the kernel's arithmetic]")
+    assert rows["key_output"].status == rows["value_output"].status == "pass"
+    small = q / np.float32(1e37)
+    out = kernel(small, k)
+    out["query_output"][0, 1, 2, 3] = np.nan
+    rep = compare(spec_case("nrc", query=small, key=k, value=v, norm_type=1), out)
+    assert {r.output: r.status for r in rep.results}["query_output"] == "fail"
 
 
 def test_rounded_golden_failing_the_standard_is_too_strict(big_bf16):

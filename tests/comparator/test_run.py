@@ -113,6 +113,118 @@ def test_functions_the_module_lacks_leave_their_cases_not_run(smoke):
     assert run(smoke, "--impl", NUMPY_FLOAT32, "--op", "rope", "--require-all").exit_code == 1
 
 
+def test_a_function_that_raises_is_reported_as_raising(smoke, tmp_path):
+    """A valid input the function raises on: the report says which function raised what (and
+    the aclnn code, when the exception carries one), not that a kernel returned an error."""
+    impl = tmp_path / "raising.py"
+    impl.write_text("def rotary_position_embedding(x, cos, sin, mode=0):\n"
+                    "    raise RuntimeError('out of device memory')\n"
+                    "def rotary_position_embedding_grad(dy, cos, sin, x=None, mode=0):\n"
+                    "    raise ValueError('bad tiling (error code 561002)')\n")
+    res = run(smoke, "--impl", impl, "--case", "rope/soc=A2/*", "--case", "rope_grad/soc=A2/*")
+    assert res.exit_code == 1
+    assert re.search(r"^\s*\(status\): \S*raising\.py\.rotary_position_embedding raised "
+                     r"RuntimeError: out of device memory but should return the outputs \[",
+                     res.output, re.M), res.output[-2000:]
+    assert re.search(r"rotary_position_embedding_grad raised ValueError: bad tiling \(error code "
+                     r"561002\) \(aclnn 561002\) but should return", res.output), res.output[-2000:]
+    assert "without an aclnn code" not in res.output and "the kernel returned" not in res.output
+
+
+def test_a_forward_without_statistics_is_judged_on_what_it_returns(smoke, tmp_path):
+    """A training-mode NormRopeConcat forward that returns no mean/rstd (one built on a
+    LayerNorm that does not return them): its three outputs are judged, each statistic is "not
+    recorded" with the reason, and the run passes; one that returns some statistics but not
+    all lacks the others (missing)."""
+    impl = tmp_path / "no_stats.py"
+    impl.write_text(f"import sys\nsys.path.insert(0, {str(IMPLS)!r})\n"
+                    "from numpy_float32 import EVERY\n"
+                    "def norm_rope_concat(**kw):\n"
+                    "    out = EVERY.norm_rope_concat(**kw)\n"
+                    "    return out['query_output'], out['key_output'], out['value_output']\n"
+                    "class Partial:\n"
+                    "    def norm_rope_concat(self, **kw):\n"
+                    "        out = EVERY.norm_rope_concat(**kw)\n"
+                    "        return {k: v for k, v in out.items() if not k.endswith('_rstd')}\n"
+                    "PARTIAL = Partial()\n")
+    res = run(smoke, "--impl", impl, "--op", "nrc", "--json", tmp_path / "r.json")
+    assert res.exit_code == 0, res.output[-3000:]
+    rows = json.loads((tmp_path / "r.json").read_text())["results"]
+    stats = [r for r in rows if r["output"].endswith(("_mean", "_rstd"))]
+    assert stats and {r["status"] for r in stats} == {"not_recorded"}
+    assert all("returned no statistics" in r["reason"] for r in stats)
+    judged = {r["output"] for r in rows if r["status"] == "pass"}
+    assert judged >= {"query_output", "key_output", "value_output"}
+    res = run(smoke, "--impl", f"{impl}:PARTIAL", "--op", "nrc", "--failures-only")
+    assert res.exit_code == 1 and re.search(r"^MISSING +norm_\w+_rstd ", res.output, re.M)
+
+
+def test_soc_runs_one_chip_profile(smoke, tmp_path):
+    res = run(smoke, "--impl", NUMPY_FLOAT32, "--soc", "A2", "--json", tmp_path / "r.json")
+    assert res.exit_code == 0, res.output[-2000:]
+    doc = json.loads((tmp_path / "r.json").read_text())
+    ids = {r["case_id"] for r in doc["results"]} | {n["case_id"] for n in doc["not_run"]}
+    assert ids and all("/soc=A2/" in i for i in ids)
+    res = run(smoke, "--impl", NUMPY_FLOAT32, "--soc", "A9")
+    assert res.exit_code == 2 and "--soc: unknown value 'A9'; allowed: A2, A3, 950, none" in res.output
+
+
+ISSUE_CASE = ("nrc/soc=A2/norm_type=1/norm_added_type=1/rope_type=none/concat_order=0/"
+              "training=0/dtype=float32/dist=special/B2N2Sq3Sk3Seq0Sek0D8")
+
+
+def test_a_float32_layer_norm_attains_the_special_goldens(tmp_path):
+    """NormRopeConcat's special values stay where a float32 LayerNorm is finite: a forward
+    built on torch.nn.functional.layer_norm in float32 (no statistics returned) passes the
+    special cases with normalised streams in every dtype, the case that made it NaN included."""
+    from refspec.goldens.engine import generate
+    from refspec.goldens.sweep import load_sweep
+    sweep = load_sweep("smoke")
+    special = [c for c in sweep.all_cases() if c.op == "nrc" and c.params["dist"] == "special"
+               and c.params["norm_type"] and c.params["fault"] == "none"]
+    cases = [sweep.case(ISSUE_CASE)] + special[::11]
+    assert {c.params["dtype"] for c in cases} == {"float16", "bfloat16", "float32"}
+    path = tmp_path / "special.h5"
+    generate(sweep, cases, path)
+    report = refspec.compare(path, Implementation(f"{TORCH_FORWARD}:NN_LAYER_NORM", "torch",
+                                                  repeat=0))
+    assert report.passed, [f"{r.case_id} {r.output}: {r.message}" for r in report.failures][:5]
+    judged = {r.case_id for r in report.results if r.status == "pass"}
+    assert ISSUE_CASE in judged and len(judged) == len(cases)
+
+
+@pytest.mark.parametrize("eps", ["1E_5", "1E_6"])
+def test_a_forward_with_a_hard_coded_eps_fails_the_smoke_set(smoke, eps, tmp_path):
+    """The smoke set sweeps NormRopeConcat's eps (1e-5, 1e-6, 0.1): a forward that ignores the
+    case's eps fails, and not only on position-coded values; the same forward with the case's
+    eps passes."""
+    res = run(smoke, "--impl", f"{TORCH_FORWARD}:NN_LAYER_NORM", "--framework", "torch",
+              "--op", "nrc")
+    assert res.exit_code == 0, res.output[-2000:]
+    res = run(smoke, "--impl", f"{TORCH_FORWARD}:NN_LAYER_NORM_EPS_{eps}", "--framework",
+              "torch", "--op", "nrc", "--json", tmp_path / "r.json")
+    assert res.exit_code == 1 and ELEMENT.search(res.output)
+    failed = {r["case_id"] for r in json.loads((tmp_path / "r.json").read_text())["results"]
+              if r["status"] == "fail"}
+    if eps == "1E_5":              # right where the case's eps is the default
+        assert failed and all("/eps=" in c for c in failed)
+    else:                          # and not only on position-coded values
+        assert any("/eps=0.1/" in c and "/dist=random/" in c for c in failed)
+
+
+def test_a_backward_that_recomputes_its_statistics_fails_the_eps_cases(smoke, tmp_path):
+    """The backward's statistics are inputs; the smoke set has some computed with eps 1e-6 and
+    0.1, so a backward that recomputes them with the default eps fails there (on random values
+    too, where it passes every case of the default eps)."""
+    res = run(smoke, "--impl", f"{NUMPY_FLOAT32}:LN_RECOMPUTED_DEFAULT_EPS", "--op", "nrc_grad",
+              "--json", tmp_path / "r.json")
+    assert res.exit_code == 1 and ELEMENT.search(res.output)
+    failed = {r["case_id"] for r in json.loads((tmp_path / "r.json").read_text())["results"]
+              if r["status"] == "fail"}
+    random = {c for c in failed if "/dist=random/" in c}
+    assert random and all("/eps=" in c for c in random)
+
+
 def test_usage_errors_are_one_line(smoke, tmp_path):
     for args, needle in (
             (["--impl", "no_such_module_xyz"], "no module named 'no_such_module_xyz'"),
@@ -154,7 +266,7 @@ def test_the_pytest_plugin_makes_one_item_per_case(smoke, tmp_path):
     good = pytest_run("--refspec-impl", TORCH_FORWARD, "--refspec-framework", "torch",
                       "--refspec-autograd", *four)
     assert good.returncode == 0, good.stdout[-3000:]
-    assert re.search(r"^157 passed, 37 skipped", good.stdout.splitlines()[-1])
+    assert re.search(r"^177 passed, 37 skipped", good.stdout.splitlines()[-1])
     bad = pytest_run("--refspec-impl", f"{TORCH_FORWARD}:LOST_MINUS", "--refspec-framework",
                      "torch", "--refspec-autograd", "--refspec-op", "rope_grad",
                      "--refspec-case", "*/dtype=float16/*", "-k", "BNSD")

@@ -183,7 +183,7 @@ def test_backward_statistics_come_from_the_forward_in_float32(golden):
             fwd = refspec.norm_rope_concat(x["query"], x["key"], x["key"], x.get("encoder_query"),
                                            x.get("encoder_key"), x.get("encoder_key"), **kw,
                                            norm_type=p["norm_type"], norm_added_type=p["norm_added_type"],
-                                           is_training=True)._asdict()
+                                           eps=p["eps"], is_training=True)._asdict()
             for name in x:
                 if name.endswith(("_mean", "_rstd")):
                     assert x[name].dtype == np.float32

@@ -80,6 +80,21 @@ def test_smoke_has_negative_cases_of_every_error_code_and_profile(smoke):
                    "interleave_rope"}
 
 
+@pytest.mark.parametrize("name, tier", [("smoke", "smoke"), ("standard", "quick"),
+                                        ("standard", "all"), ("full", "all")])
+@pytest.mark.parametrize("op", ["nrc", "nrc_grad"])
+def test_norm_rope_concat_eps_is_swept(name, tier, op):
+    """Every built-in sweep has NormRopeConcat forward cases with eps 1e-5, 1e-6 and 0.1 in
+    each dtype, and backward cases whose statistics were computed with them, small-variance
+    rows (position-coded) among them; only the default eps is left out of case ids."""
+    cases = [c for c in load_sweep(name).cases(tier) if c.op == op and c.params["fault"] == "none"]
+    seen = {(c.params["eps"], c.params["dtype"]) for c in cases}
+    for eps in (1e-5, 1e-6, 0.1):
+        assert {(eps, d) for d in ("float16", "bfloat16", "float32")} <= seen, eps
+        assert any(c.params["eps"] == eps and c.params["dist"] == "position-coded" for c in cases)
+    assert all(("/eps=" in c.id) == (c.params["eps"] != 1e-5) for c in cases)
+
+
 def test_both_profiles_are_in_ids_and_params(smoke):
     for c in smoke.cases():
         soc = c.params["soc"] or "none"
@@ -122,3 +137,13 @@ def test_standard_quick_tier_is_a_covering_subset(standard):
     quick, everything = standard.cases("quick"), {c.id for c in standard.cases("all")}
     assert 0 < len(quick) < len(everything) and {c.id for c in quick} <= everything
     assert {c.params["soc"] for c in quick} >= {"A2", "950"}
+
+
+@pytest.mark.parametrize("name", ["smoke", "standard", "full"])
+def test_every_tier_of_every_built_in_sweep_loads_and_covers_every_block(name):
+    """Each tier picks at least one case of every block it subsamples (a cap too small for the
+    block's cover groups is a load error: this catches it for the shipped sweeps)."""
+    sweep = load_sweep(name)
+    for tier in sweep.tier_names():
+        blocks = {c.block for c in sweep.cases(tier)}
+        assert blocks == {b.name for b in sweep.blocks}, tier

@@ -87,3 +87,5 @@ WRONG_SIN_PARTNER = NumpyFloat32("wrong_sin_partner")
 LOST_MINUS = NumpyFloat32("lost_minus")
 DCOS_WRONG_AXES = NumpyFloat32("dcos_wrong_axes")
 MISSING_REJECTION = NumpyFloat32("missing_rejection")
+#: a backward that recomputes mean and rstd with eps 1e-5 instead of taking its inputs
+LN_RECOMPUTED_DEFAULT_EPS = NumpyFloat32("ln_recomputed_default_eps")

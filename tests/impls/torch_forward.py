@@ -10,7 +10,8 @@ the operator records' checks (``refspec.ops.get(...).check``), since the numeric
 implementation test is about.
 
 ``--impl tests/impls/torch_forward.py`` uses the correct functions; ``...torch_forward.py:NAME``
-one of the deliberately broken variants in ``BROKEN``.
+one of the deliberately broken variants in ``BROKEN``, or ``NN_LAYER_NORM``, the forward a model
+built on ``torch.nn.LayerNorm`` has (float32 statistics, none returned).
 """
 
 from __future__ import annotations
@@ -72,10 +73,14 @@ def layer_norm(x, weight, bias, eps):
 
 
 class TorchForwards:
-    """The forwards, correct or with one deliberate ``bug``."""
+    """The forwards, correct or with one deliberate ``bug``. ``nn_layer_norm``: LayerNorm by
+    ``torch.nn.functional.layer_norm`` in float32 (float64 for float64 cases), as a model's
+    ``torch.nn.LayerNorm`` computes it: it gives no statistics, so a training-mode forward
+    returns none."""
 
-    def __init__(self, bug: str | None = None):
+    def __init__(self, bug: str | None = None, nn_layer_norm: bool = False):
         self.bug = bug
+        self.nn_layer_norm = nn_layer_norm
 
     def _rotate(self, x, mode):
         if self.bug == "swapped_halves" and mode == 0:
@@ -124,6 +129,8 @@ class TorchForwards:
         if self.bug != "missing_rejection":
             _check("nrc", args, attrs, soc)
         D = query.shape[-1]
+        if self.bug in ("eps_1e-5", "eps_1e-6"):        # eps hard-coded, the case's ignored
+            eps = float(self.bug[4:])
 
         stats = []
 
@@ -133,6 +140,9 @@ class TorchForwards:
             x = _work(x)
             if kind == 0:
                 return x
+            if self.nn_layer_norm:
+                return torch.nn.functional.layer_norm(
+                    x, (D,), _work(w) if kind == 2 else None, _work(b) if kind == 2 else None, eps)
             out, mean, rstd = layer_norm(x, w if kind == 2 else None, b if kind == 2 else None,
                                          eps)
             stats.extend((mean, rstd))
@@ -158,7 +168,7 @@ class TorchForwards:
                              norm_added_key_bias)))
         v = concat(_work(value), None if encoder_value is None else _work(encoder_value))
         outputs = tuple(t.to(query.dtype) for t in (q, k, v))
-        if not is_training:
+        if not is_training or self.nn_layer_norm:
             return outputs
         named = dict(zip(_stat_names(norm_type, norm_added_type, encoder_query, encoder_key),
                          stats))
@@ -189,7 +199,13 @@ CORRECT = TorchForwards()
 rotary_position_embedding = CORRECT.rotary_position_embedding
 norm_rope_concat = CORRECT.norm_rope_concat
 
-BROKEN = ("swapped_halves", "wrong_sin_partner", "lost_minus", "missing_rejection")
+BROKEN = ("swapped_halves", "wrong_sin_partner", "lost_minus", "missing_rejection", "eps_1e-5",
+          "eps_1e-6")
+#: a forward whose LayerNorm is torch.nn.functional.layer_norm in float32 (no statistics)
+NN_LAYER_NORM = TorchForwards(nn_layer_norm=True)
+#: the same with eps hard-coded to 1e-5 or 1e-6 instead of the case's
+NN_LAYER_NORM_EPS_1E_5 = TorchForwards("eps_1e-5", nn_layer_norm=True)
+NN_LAYER_NORM_EPS_1E_6 = TorchForwards("eps_1e-6", nn_layer_norm=True)
 SWAPPED_HALVES = TorchForwards("swapped_halves")
 WRONG_SIN_PARTNER = TorchForwards("wrong_sin_partner")
 LOST_MINUS = TorchForwards("lost_minus")

@@ -143,3 +143,32 @@ def test_special_has_zeros_subnormals_and_large_values(dtype):
 def test_unknown_distribution():
     with pytest.raises(ValueError, match="unknown distribution 'uniform'"):
         draw("uniform", "data", (2,), np.float32, 0, "x")
+
+
+@pytest.mark.parametrize("forward", [True, False], ids=["nrc", "nrc_grad"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_special_normalised_streams_stay_within_float32_layer_norm(forward, dtype):
+    """A normalised stream's special values are as large as the kernel's float32 LayerNorm
+    allows: the sum of D squared deviations stays finite in float32 (evaluated with the spec's
+    own LayerNorm on float32 values), and the large category is near that limit, or near a
+    quarter of the dtype's maximum where that is smaller. A stream that is not normalised keeps
+    a quarter of the dtype's maximum."""
+    from refspec import ops
+    from refspec.spec.enums import NormType
+    from refspec.spec.nrc import layer_norm
+    record = ops.get("nrc" if forward else "nrc_grad")
+    D = 64
+    p = {"op": record.id, "soc": "A2", "norm_type": 1, "norm_added_type": 0, "rope_type": "none",
+         "concat_order": 0, "dtype": dtype, "dist": "special", "fault": "none", "B": 2, "N": 3,
+         "Sq": 4, "Sk": 4, "Seq": 2, "Sek": 2, "D": D, "Sr": 0,
+         **({"training": True, "eps": 1e-5} if forward else {})}
+    drawn = record.generation.sample(p, 5)
+    top = float(ml_dtypes.finfo(dtype).max)
+    limit = min(top / 4, float(np.sqrt(np.finfo(np.float32).max / D)) / 4)
+    for name in ("query", "key"):
+        x = f64(drawn[name])
+        assert limit / 2 <= np.abs(x).max() <= limit * (1 + 2 ** -7), name
+        with np.errstate(over="raise"):
+            xhat, mean, rstd = layer_norm(x.astype(np.float32), NormType.LAYER_NORM)
+        assert np.all(np.isfinite(xhat)) and np.all(rstd > 0) and np.all(np.isfinite(mean))
+    assert np.abs(f64(drawn["encoder_query"])).max() >= top / 8        # norm_added_type 0
