@@ -81,15 +81,17 @@ def round_to_odd_float32(x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
         near = x.astype(np.float32)                   # round to nearest (infinity on overflow)
     back = near.astype(np.float64)
-    with np.errstate(invalid="ignore"):
-        overshoot = np.abs(back) > np.abs(x)          # rounded away from zero
+    inexact = back != x
+    inexact &= x == x                                 # NaN stays as converted
+    # rounded away from zero: above x where x is positive, below it where negative
+    overshoot = np.greater(back, x)
+    overshoot ^= np.signbit(x)
+    overshoot &= inexact
     bits = near.view(np.uint32)
     # toward zero: the neighbour of smaller magnitude, whose sign-magnitude pattern is one less
     # (infinity -> the largest finite value; an overshoot is never a zero)
-    np.subtract(bits, overshoot, out=bits, casting="unsafe")
-    inexact = back != x                               # overshoot implies inexact
-    inexact &= x == x                                 # NaN stays as converted
-    np.bitwise_or(bits, inexact, out=bits, casting="unsafe")   # odd if inexact
+    bits -= overshoot
+    bits |= inexact                                   # odd if inexact
     return near
 
 
