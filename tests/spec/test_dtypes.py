@@ -126,6 +126,16 @@ def test_round_to_random_midpoints_and_magnitudes(rng, dtype):
     assert_correctly_rounded(round_to(vals, dtype), vals, dtype)
 
 
+def test_round_to_bfloat16_of_random_float64_bit_patterns(rng):
+    """Any float64 (random bit patterns: NaNs, infinities, subnormals, every binade) rounds to
+    bfloat16 as the reference does, through the rounding to odd float32 at every magnitude."""
+    vals = rng.integers(0, 2 ** 64, 3000, dtype=np.uint64, endpoint=False).view(F64)
+    near = rng.standard_normal(1000) * 2.0 ** rng.integers(-140, 128, 1000)
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert_correctly_rounded(round_to(np.concatenate([vals, near]), BF16),
+                                 np.concatenate([vals, near]), BF16)
+
+
 # --- the operators -------------------------------------------------------------------------
 
 def rope_inputs(rng, dtype, shape=(2, 3, 4, 8), cshape=(1, 1, 4, 8)):
