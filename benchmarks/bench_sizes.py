@@ -4,6 +4,7 @@
     python benchmarks/bench_sizes.py --full          # also full/all, in 8 shards (about 8 minutes,
                                                      # 11 GB of free disk at a time)
     python benchmarks/bench_sizes.py --only smoke/smoke
+    python benchmarks/bench_sizes.py --only full/all   # full/all alone (always in shards)
 
 Each row runs `refspec generate --sweep S --tier T --jobs J -o FILE` in a fresh process with
 --jobs 1 and --jobs 2 (whole commands, interpreter start included) and reads the cases,
@@ -53,6 +54,19 @@ def size(mb: float) -> str:
     return f"{mb / 1000:.1f} GB" if mb >= 1000 else f"{mb:.3g} MB"
 
 
+def full_in_shards(out_dir: str) -> None:
+    """The full/all row: 8 shards with --jobs 2, each removed after measuring."""
+    total, seconds, shards = [0, 0, 0.0, 0.0], 0.0, []
+    for k in range(1, 9):
+        t, figures = generate(out_dir, "full", "all", "--shard", f"{k}/8", "--jobs", 2)
+        seconds += t
+        total = [a + b for a, b in zip(total, figures)]
+        shards.append(figures[3])
+    print(f"| `full` / `all` | {total[0]} ({total[1]}) | {size(total[2])} | {size(total[3])} "
+          f"| | {seconds / 60:.2g} min in 8 shards of {size(min(shards))}-{size(max(shards))} |",
+          flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--full", action="store_true", help="also full/all, in 8 shards")
@@ -64,22 +78,17 @@ def main(argv=None):
     print(f"cpus: {os.cpu_count()}, load average at the start: {os.getloadavg()}")
     print("| sweep / tier | cases (negative) | arrays | on disk | `--jobs 1` | `--jobs 2` |")
     print("|---|---|---|---|---|---|")
+    rows = (args.only or TIERS) + (["full/all"] if args.full else [])
     try:
-        for row in args.only or TIERS:
+        for row in dict.fromkeys(rows):
+            if row == "full/all":
+                full_in_shards(out_dir)
+                continue
             sweep, tier = row.split("/")
             t1, (cases, negative, arrays, disk) = generate(out_dir, sweep, tier, "--jobs", 1)
             t2, _ = generate(out_dir, sweep, tier, "--jobs", 2)
             print(f"| `{sweep}` / `{tier}` | {cases} ({negative}) | {size(arrays)} | {size(disk)} "
                   f"| {t1:.3g} s | {t2:.3g} s |", flush=True)
-        if args.full:
-            total, seconds, shards = [0, 0, 0.0, 0.0], 0.0, []
-            for k in range(1, 9):
-                t, figures = generate(out_dir, "full", "all", "--shard", f"{k}/8", "--jobs", 2)
-                seconds += t
-                total = [a + b for a, b in zip(total, figures)]
-                shards.append(figures[3])
-            print(f"| `full` / `all` | {total[0]} ({total[1]}) | {size(total[2])} | {size(total[3])} "
-                  f"| | {seconds / 60:.2g} min in 8 shards of {size(min(shards))}-{size(max(shards))} |")
     finally:
         if not args.dir:
             shutil.rmtree(out_dir, ignore_errors=True)

@@ -9,6 +9,8 @@ or ``OSError`` escape a command).
 
 from __future__ import annotations
 
+import errno
+import re
 import sys
 
 import click
@@ -64,8 +66,7 @@ class RefspecGroup(click.Group):
             click.echo(f"refspec: error: {one_line(f'{exc} (aclnn {exc.code} {exc.status})')}", err=True)
             sys.exit(2)
         except OSError as exc:
-            where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
-            click.echo(f"refspec: error: {one_line(where + (exc.strerror or str(exc)))}", err=True)
+            click.echo(f"refspec: error: {one_line(os_error_text(exc))}", err=True)
             sys.exit(2)
         except KeyboardInterrupt:
             click.echo("refspec: error: interrupted", err=True)
@@ -73,10 +74,23 @@ class RefspecGroup(click.Group):
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
+def os_error_text(exc: OSError) -> str:
+    """An operating-system error as one line naming the file: a full disk says so, also when
+    HDF5 reports it inside its own message (``... filename = '...', errno = 28, ...``)."""
+    text = str(exc)
+    filename = getattr(exc, "filename", None)
+    if exc.errno == errno.ENOSPC or "No space left on device" in text:
+        found = re.search(r"filename = '([^']*)'", text)
+        filename = filename or (found.group(1) if found else None)
+        return (f"{filename + ': ' if filename else ''}no space left on the device; free some, "
+                "or write a smaller selection (--tier, --op, --shard K/N)")
+    return (f"{filename}: " if filename else "") + (exc.strerror or text)
+
+
 @click.group(cls=RefspecGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="refspec")
 def main():
-    """refspec: reference data for Ascend RoPE / NormRopeConcat backward kernels.
+    """refspec: reference data for Ascend RoPE-family and NormRopeConcat kernels.
 
     Generate HDF5 golden sets from the executable NumPy specification, inspect and export them,
     and judge a kernel's outputs against them.

@@ -75,3 +75,27 @@ def test_ctrl_c_at_the_process_entry_is_one_line_and_exit_130(monkeypatch, capsy
     assert exit_.value.code == 130
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines == ["refspec: error: interrupted before any case was written"]
+
+
+HDF5_FULL = ("Driver write request failed (file write failed: time = Wed Dec  2 08:13:30 2026, "
+             "filename = '/data/g.h5.part', file descriptor = 3, errno = 28, error message = 'No "
+             "space left on device', buf = 0x563f, total write size = 1031715, bytes this "
+             "sub-write = 1031715, offset = 70389858304)")
+
+
+@pytest.mark.parametrize("error", [OSError(HDF5_FULL), OSError(28, "No space left on device",
+                                                                "/data/g.h5.part")])
+def test_a_full_disk_is_one_line_naming_the_file(monkeypatch, capsys, error):
+    """h5py reports a full disk inside HDF5's own message; the line names the file and says
+    what to do, not HDF5's buffer addresses."""
+    from refspec.cli import generate
+
+    def full(*args, **kwargs):
+        raise error
+    monkeypatch.setattr(generate, "load_sweep", full)
+    with pytest.raises(SystemExit) as exit_:
+        main(["generate", "-o", "g.h5"], prog_name="refspec")
+    assert exit_.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == ["refspec: error: /data/g.h5.part: no space left on the device; free some, "
+                     "or write a smaller selection (--tier, --op, --shard K/N)"]
