@@ -137,6 +137,7 @@ class RefspecCase(pytest.Item):
             lines = []
             for r in report.failures:
                 lines.append(r.message or f"{r.output}: {r.status}: {r.reason}")
+                lines += r.diagnosis_lines()
                 if r.hint:
                     lines.append(f"hint: {r.hint}")
             regenerate = next((r.regenerate for r in report.failures if r.regenerate), "")

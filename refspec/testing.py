@@ -36,6 +36,7 @@ def _raise_if_failed(report: Report) -> Report:
     lines = [first.message]
     lines.append(f"{first.output}: {first.reason}; rule: {first.rule}" if first.rule
                  else f"{first.output}: {first.reason}")
+    lines += first.diagnosis_lines()
     if first.metrics is not None and len(first.metrics.worst) > 1:
         lines.append("worst elements:")
         lines += ["  " + first.element_line(e) for e in first.metrics.worst[1:5]]
@@ -45,6 +46,7 @@ def _raise_if_failed(report: Report) -> Report:
         lines.append(f"{len(failed) - 1} more failing outputs: " +
                      ", ".join(f"{r.case_id}:{r.output}" for r in failed[1:6]) +
                      (" ..." if len(failed) > 6 else ""))
+    lines += report.pattern_lines()
     lines.append(report.summary_line())
     raise AssertionError("\n".join(lines))
 

@@ -49,6 +49,7 @@ class JudgeOptions:
     read_elements: int = READ_ELEMENTS
     fast: bool = True                    # the fused pass (False: the reference step)
     pool: object = None                  # an Executor: blocks of one output side by side
+    diagnose: bool = True                # failing outputs get a diagnosis (run._judge_case)
 
 
 class BlockJudge:

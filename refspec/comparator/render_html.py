@@ -188,6 +188,11 @@ def render_html(report) -> str:
     if plt is None:
         out.append("<p><b>matplotlib is not installed: the pictures are left out</b> "
                    "(pip install matplotlib, or the refspec[html] extra).</p>")
+    patterns = report.pattern_lines()
+    if patterns:
+        out.append("<h2>Patterns across cases</h2><ul>"
+                   + "".join(f"<li>{e(p.removeprefix('pattern: '))}</li>" for p in patterns)
+                   + "</ul>")
     if failing:
         out.append(f"<h2>Not passed ({len(failing)})</h2>")
         out += _table(failing, e, link=True)
@@ -218,6 +223,9 @@ def render_html(report) -> str:
         out.append(f"<section id='r{id(r)}'><h3>{e(r.case_id)} : {e(r.output)} "
                    f"&mdash; {e(r.label)}</h3>")
         out.append(f"<p class='msg'>{e(r.message)}</p><p>{e(r.reason)}</p>")
+        if r.diagnosis:
+            out.append("<p>diagnosis:</p><ol class='diagnosis'>" + "".join(
+                f"<li><b>{e(f.kind)}</b>: {e(f.summary)}</li>" for f in r.diagnosis) + "</ol>")
         if r.hint:
             out.append(f"<p>hint: {e(r.hint)}</p>")
         if r.rule:

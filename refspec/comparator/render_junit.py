@@ -14,7 +14,7 @@ __all__ = ["render_junit", "write_junit"]
 
 
 def _details(r) -> str:
-    lines = [r.reason]
+    lines = [r.reason] + r.diagnosis_lines()
     if r.hint:
         lines.append(f"hint: {r.hint}")
     if r.source:

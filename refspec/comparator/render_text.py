@@ -77,6 +77,7 @@ def render_text(report, width: int | None = None, verbose: bool = False,
             lines.append(line[:width] if width else line)
             if r.status not in ("pass", "not_recorded") and r.message:
                 lines.append(f"    {r.message}")
+                lines += [f"    {line}" for line in r.diagnosis_lines()]
                 if r.hint:
                     lines.append(f"    hint: {r.hint}")
                 if r.regenerate:
@@ -87,6 +88,7 @@ def render_text(report, width: int | None = None, verbose: bool = False,
         lines.append(f"NOT RUN {n:>5} x {op}: {report.not_run_reason(op)} "
                      f"(ids in the JSON report; "
                      f"{report.not_run_effect()})")
+    lines += report.pattern_lines()
     for note in report.notes:
         lines.append(f"note: {note}")
     if report.timing_line():

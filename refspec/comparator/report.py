@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass, field
 
 from .metrics import Element, Metrics, ulp_bin_labels
+from .patterns import failure_patterns
 from .naming import element_message, index_of, index_text
 
 __all__ = ["OutputResult", "Report", "PROBLEM_STATUSES", "STATUSES", "STATUS_LABELS",
@@ -61,6 +62,8 @@ class OutputResult:
     heat_axes: tuple | None = None         # (row axis, column axis) of the error map
     golden_failures: int | None = None     # elements of the rounded golden failing the rule
     hint: str = ""                          # a likely cause (e.g. a dtype written for another)
+    diagnosis: list = field(default_factory=list)   # Findings of a failing output, best first
+    params: dict = field(default_factory=dict)      # the case's parameters (for the patterns)
 
     def problem(self, status: str, reason: str) -> "OutputResult":
         """This result as the problem ``status`` (the output could not be judged), its reason
@@ -92,6 +95,11 @@ class OutputResult:
         if self.is_problem:
             return 0
         return {"rejected": 1, "fail": 2, "too_strict": 3, NOT_RECORDED: 4}.get(self.status, 5)
+
+    def diagnosis_lines(self, most: int = 5) -> list[str]:
+        """``diagnosis: <kind>: <summary>``, one line per finding, best first (every report
+        shows these under a failing output)."""
+        return [f"diagnosis: {f.line()}" for f in self.diagnosis[:most]]
 
     def index(self, element: Element) -> dict[str, int]:
         return index_of(element.flat, self.shape or (), self.axes)
@@ -131,7 +139,8 @@ class OutputResult:
              "dtype": self.dtype, "shape": list(self.shape) if self.shape is not None else None,
              "axes": self.axes, "reduced_terms": self.reduced_terms, "rule": self.rule,
              "source": self.source, "regenerate": self.regenerate, "metrics": None, "worst": [],
-             "ratio": self.ratio, "golden_failures": self.golden_failures, "hint": self.hint}
+             "ratio": self.ratio, "golden_failures": self.golden_failures, "hint": self.hint,
+             "diagnosis": [f.to_dict() for f in self.diagnosis]}
         if m is not None:
             d["metrics"] = {
                 "elements": m.n, "numeric_elements": m.n_numeric,
@@ -294,8 +303,14 @@ class Report:
                 "timings": {"unit": "seconds", "median_of_calls": dict(self.timings)},
                 "not_run": [{"case_id": n.case_id, "op": n.op, "reason": n.reason}
                             for n in self.not_run],
+                "patterns": [p.to_dict() for p in failure_patterns(self.results)],
                 "results": [r.summary_dict() if r.status == "pass" else r.to_dict()
                             for r in self.ordered()]}
+
+    def pattern_lines(self) -> list[str]:
+        """``pattern: <op> <output>: 9 of 9 mode=half cases fail, 0 of 15 others``: the
+        failures across cases, one line per operator and output (``patterns``)."""
+        return [f"pattern: {p.line()}" for p in failure_patterns(self.results)]
 
     def timing_line(self) -> str | None:
         """A line on the cases' timings (``refspec run``), None when nothing was timed."""

@@ -15,6 +15,7 @@ from ..goldens.format import UnknownCaseError
 from ..spec.errors import one_line
 from .actuals import H5Source, MemorySource, NpzSource, Problem, TreeSource, ActualSource
 from .benchmark import BenchmarkUnavailable, float32_benchmark, unattainable
+from .diagnosis import diagnose_output
 from .judge import JudgeOptions, golden_output_info, judge_output
 from ..inputs.output_map import Mapping, load_mapping
 from .dump_source import MsprobeSource, is_msprobe_dir
@@ -104,7 +105,7 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
             ratio_level: str | None = None, heatmaps: bool = False,
             heatmap_axes: str | None = None, progress=None, fast: bool = True, status=None,
             only_present: bool = False, operators=None, case_ids=None, jobs: int = 1,
-            scheduler: str | None = None, socs=None) -> Report:
+            scheduler: str | None = None, socs=None, diagnose: bool = True) -> Report:
     """Judge a kernel's outputs against golden cases.
 
     ``golden``: a golden HDF5 path, an open ``refspec.goldens.GoldenFile``, or case objects
@@ -126,7 +127,8 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
     worker processes, or the Dask cluster at ``scheduler``, judge groups of cases side by side
     (the golden file and the actual outputs given as paths, or an actual source description
     such as ``refspec run``'s ``Implementation``); the report is the one a single process
-    gives.
+    gives. ``diagnose``: each failing output gets its diagnosis (``OutputResult.diagnosis``,
+    docs/compare.md "Diagnosis"); False leaves it out.
     Input problems become per-output statuses; ``CompareUsageError`` and
     ``refspec.goldens.GoldenFileError`` are raised for unusable arguments.
     """
@@ -156,7 +158,8 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
                                       saturation=saturation, mapping=mapping, top=top,
                                       ratio_level=ratio_level, heatmaps=heatmaps,
                                       heatmap_axes=heatmap_axes, fast=fast, status=status,
-                                      only_present=only_present, socs=socs))
+                                      only_present=only_present, socs=socs,
+                                      diagnose=diagnose))
     source = open_source(actual, mapping)
     try:
         label, case_iter, n_cases, close = _cases(golden, cases, operators, case_ids, socs)
@@ -181,7 +184,7 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
     pool = ThreadPoolExecutor(threads, thread_name_prefix="refspec-compare") if threads > 1 \
         else None
     opts = JudgeOptions(standard, rtol, atol, saturation, top, ratio_level, heatmap_axes, heatmaps,
-                        fast=fast, pool=pool)
+                        fast=fast, pool=pool, diagnose=diagnose)
     unjudged = None if socs is not None and None in socs else []   # math-only statuses
     try:
         for i, case in enumerate(case_iter):
@@ -441,6 +444,9 @@ def _judge_case(case, source, opts: JudgeOptions, report: Report, has_status: bo
         actual = lookups[name]
         res = judge_output(case, name, actual, rule, opts, context,
                            None if bench is None else bench.get(name), None, info)
+        res.params = dict(case.params)
+        if res.status == "fail" and opts.diagnose:
+            res.diagnosis = diagnose_output(case, name, actual, rule, info)
         if res.status == "fail":
             beyond = _beyond_arithmetic(res, case, beyond)
         report.results.append(res)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import hypotheses
 from ..spec.apply_rope import (apply_rotary_pos_emb, apply_rotary_pos_emb_terms,
                                apply_rotary_pos_emb_v2)
 from ..spec.apply_rope_checks import LAYOUT_NAMES, ROTARY_MODES, check_apply_rope_args
@@ -161,8 +162,11 @@ def _record(v2: bool) -> Operator:
         sweep=_sweep(v2),
         generation=Generation(plan=_plan, sample=_sample, check=_check(function), terms=_terms,
                               socs=("A2", "A3", "950", None), describe=_describe),
-        comparison=Comparison(context=("rotary_mode", "layout", "cos", "dtype") if v2
-                              else ("layout", "cos", "dtype")))
+        comparison=Comparison(
+            context=("rotary_mode", "layout", "cos", "dtype") if v2 else ("layout", "cos", "dtype"),
+            hypotheses=((hypotheses.other_values("rotary_mode"),) if v2 else ())
+            + (hypotheses.other_values("layout"), hypotheses.exchanged("cos", "sin"),
+               hypotheses.negated("sin"))))
 
 
 APPLY_ROPE = _record(v2=False)

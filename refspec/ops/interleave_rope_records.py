@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import hypotheses
 from ..spec.dtypes import resolve_dtype
 from ..spec.errors import AclnnError
 from ..spec.irope import interleave_rope, interleave_rope_terms
@@ -114,4 +115,5 @@ INTERLEAVE_ROPE = Operator(
     sweep=_sweep(),
     generation=Generation(plan=_plan, sample=_sample, check=_check, terms=_terms,
                           socs=("A2", "A3", "950", None), describe=_describe),
-    comparison=Comparison(context=("cos", "dtype")))
+    comparison=Comparison(context=("cos", "dtype"),
+                          hypotheses=(hypotheses.exchanged("cos", "sin"), hypotheses.negated("sin"))))

@@ -9,6 +9,7 @@ from math import sqrt
 import numpy as np
 
 from ..spec import terms
+from . import hypotheses
 from ..spec.dtypes import resolve_dtype, round_to, to_float64, widen
 from ..spec.enums import NormType, RopeType
 from ..spec.nrc import (BACKWARD_TENSORS, FORWARD_TENSORS, NormRopeConcatGrads,
@@ -311,7 +312,10 @@ _ROLE = {"grad_query_output": "grad", "grad_key_output": "grad", "grad_value_out
          **dict.fromkeys(_STATS, "stats"), "rope_sin": "table", "rope_cos": "table"}
 _ATTRS = ("norm_type", "norm_added_type", "rope_type", "concat_order")
 _SOCS = ("A2", "A3", None)
-_COMPARISON = Comparison(context=_ATTRS + ("dtype",), ratio_level="L2")
+_COMPARISON = Comparison(
+    context=_ATTRS + ("dtype",), ratio_level="L2",
+    hypotheses=tuple(hypotheses.other_values(a) for a in _ATTRS)
+    + (hypotheses.exchanged("rope_cos", "rope_sin"), hypotheses.negated("rope_sin", "sin")))
 
 
 def _tensors(names) -> tuple:

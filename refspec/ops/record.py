@@ -159,7 +159,9 @@ class Comparison:
     """What the comparator asks of an operator: the parameters shown in the context of its
     messages, its msprobe accuracy level (the ratio standard's thresholds), the
     same-precision float32 kernel of the ratio standard (``benchmark(call)``: {output: float32
-    result}), if it has one, and ``unattainable(call)`` (below)."""
+    result}), if it has one, ``unattainable(call)`` (below), and the ``hypotheses`` the
+    diagnosis of a failing output tries (``refspec.ops.hypotheses``: what a kernel with one
+    particular mistake computes, each a function ``(record, call, params) -> [Variant]``)."""
 
     context: tuple[str, ...] = ("dtype",)
     ratio_level: str = "L0"
@@ -167,6 +169,7 @@ class Comparison:
     #: why a kernel computing the documented dataflow in its own arithmetic (float32 for the
     #: device dtypes) cannot attain a call's goldens, "" when it can (None: it always can)
     unattainable: Callable[[Call], str] | None = None
+    hypotheses: tuple[Callable, ...] = ()
 
 
 class Autograd(NamedTuple):

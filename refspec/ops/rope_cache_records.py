@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import hypotheses
 from ..spec.dtypes import resolve_dtype
 from ..spec.rope_cache import rope_with_sin_cos_cache, rope_with_sin_cos_cache_terms
 from ..spec.rope_cache_checks import check_rope_cache_args
@@ -161,4 +162,5 @@ ROPE_CACHE = Operator(
     sweep=_sweep(),
     generation=Generation(plan=_plan, sample=_sample, check=_check, terms=_terms,
                           socs=("A2", "A3", None)),
-    comparison=Comparison(context=("style", "mrope", "head_size", "dtype")))
+    comparison=Comparison(context=("style", "mrope", "head_size", "dtype"),
+                          hypotheses=(hypotheses.other_values("style"),)))

@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..spec import terms
+from . import hypotheses
 from ..spec.dtypes import resolve_dtype, widen
 from ..spec.enums import RopeMode
 from ..spec.errors import AclnnError
@@ -264,7 +265,23 @@ def _autograd(call: Call, params: dict | None = None) -> Autograd:
                     {"mode": call.attrs["mode"]}, leaves, {"y": "dy"})
 
 
-_COMPARISON = Comparison(context=("mode", "layout", "cos", "dtype"), ratio_level="L0")
+def _reread_shape(name: str, call: Call, p: dict, layout: str) -> tuple | None:
+    """The shape a tensor of a BNSD/BSND/SBND case has when its bytes are read in ``layout``
+    (None: no such reading)."""
+    here, pattern = p.get("layout"), p.get("cos")
+    if "TND" in (layout, here) or here not in LAYOUTS or not pattern:
+        return None
+    sizes = dict(zip(here, np.shape(call.inputs["dy" if "dy" in call.inputs else "x"])))
+    if name in ("cos", "sin"):
+        kept = {letter for c, letter in zip(pattern, here) if c != "1"}
+        return tuple(sizes[letter] if letter in kept else 1 for letter in layout)
+    return tuple(sizes[letter] for letter in layout)
+
+
+_HYPOTHESES = (hypotheses.other_values("mode"), hypotheses.exchanged("cos", "sin"),
+               hypotheses.negated("sin"), hypotheses.reread_layout("layout", _reread_shape))
+_COMPARISON = Comparison(context=("mode", "layout", "cos", "dtype"), ratio_level="L0",
+                         hypotheses=_HYPOTHESES)
 
 ROPE_GRAD = Operator(
     id="rope_grad", aclnn="aclnnRotaryPositionEmbeddingGrad", title="RotaryPositionEmbeddingGrad",
@@ -278,7 +295,8 @@ ROPE_GRAD = Operator(
     generation=Generation(plan=_plan(grad=True), sample=_sample(grad=True),
                           check=_check(grad=True), terms=_terms_grad, socs=_SOCS,
                           describe=_describe(grad=True)),
-    comparison=replace(_COMPARISON, benchmark=_benchmark(grad=True)),
+    comparison=replace(_COMPARISON, benchmark=_benchmark(grad=True), hypotheses=_HYPOTHESES + (
+        hypotheses.fewer_reduced(("dy", "x"), "cos", lambda p: p["layout"]),)),
     autograd=_autograd)
 
 ROPE = Operator(
