@@ -36,6 +36,7 @@ from ..spec.dtypes import resolve_dtype, round_to
 from ..spec.errors import AclnnError
 from .elementwise import agrees
 from .floatinfo import float_info, ulp_at
+from .standards import resolve_rule
 
 __all__ = ["Finding", "Subject", "diagnose", "KINDS", "SAMPLE_ELEMENTS", "EXPLAINS"]
 
@@ -91,6 +92,7 @@ class Subject:
     flat: np.ndarray
     raw: np.ndarray
     S: np.ndarray | None = None
+    cls: str | None = None
     case: object = None
     record: object = None
     others: dict = field(default_factory=dict)
@@ -134,10 +136,14 @@ def _dedupe(found: list[Finding]) -> list[Finding]:
     return out
 
 
-def _explained(s: Subject, fail: np.ndarray, candidate: np.ndarray) -> tuple[float, float, float]:
-    """(fraction of the failing elements that agree with ``candidate``, fraction of all the
-    sampled elements that do, worst ulps of the kernel's values from it)."""
+def _explained(s: Subject, fail: np.ndarray, candidate: np.ndarray,
+               after_rounding: np.ndarray | None = None) -> tuple[float, float, float]:
+    """(fraction of the failing elements that agree with ``candidate`` (or with
+    ``after_rounding``), fraction of all the sampled elements that do, worst ulps of the
+    kernel's values from it)."""
     ok = s.agree(candidate)
+    if after_rounding is not None:
+        ok |= s.a == after_rounding
     info = float_info(resolve_dtype(s.dtype))
     with np.errstate(all="ignore"):
         ulps = np.abs(s.a - candidate) / ulp_at(np.abs(candidate), info)
@@ -146,12 +152,15 @@ def _explained(s: Subject, fail: np.ndarray, candidate: np.ndarray) -> tuple[flo
     return float(ok[fail].mean()), float(ok.mean()), worst
 
 
-def _candidate(s, fail, golden_agrees, candidate, kind, summary, detail) -> list[Finding]:
+def _candidate(s, fail, golden_agrees, candidate, kind, summary, detail,
+               after_rounding=None) -> list[Finding]:
     """A finding for ``candidate`` when it explains enough failing elements and agrees with
-    more of the output than the golden does."""
+    more of the output than the golden does. ``after_rounding``: the same mistake made after
+    the result was rounded to the output dtype (a scale applied to the rounded value); an
+    element agrees with either."""
     if candidate is None or candidate.shape != s.g.shape:
         return []
-    explains, overall, worst = _explained(s, fail, candidate)
+    explains, overall, worst = _explained(s, fail, candidate, after_rounding)
     if explains < EXPLAINS or overall <= golden_agrees:
         return []
     detail = {**detail, "elements": round(overall, 6), "worst_ulps": _finite(worst)}
@@ -284,8 +293,10 @@ def _twin_dtype(s: Subject, fail: np.ndarray) -> list[Finding]:
     twin = _TWINS.get(s.dtype)
     if twin is None:
         return []
-    other = np.ascontiguousarray(s.raw).view(np.uint16).view(resolve_dtype(twin)).astype(np.float64)
-    ok = agrees(s.rule, twin, s.K, other, other.astype(resolve_dtype(twin)), s.g, s.S)
+    other = np.ascontiguousarray(s.raw).view(np.uint16).view(resolve_dtype(twin))
+    standard = "default" if s.rule.ratio_level else s.rule.standard
+    rule = resolve_rule(standard, twin, s.cls, s.K)
+    ok = agrees(rule, twin, s.K, other.astype(np.float64), other, s.g, s.S)
     explains, overall = float(ok[fail].mean()), float(ok.mean())
     if explains < EXPLAINS or overall < 0.99:
         return []
@@ -346,8 +357,20 @@ def _multiples(s: Subject, fail: np.ndarray, golden_agrees: float) -> list[Findi
     c = float(np.dot(a[ok], g[ok])) / gg
     if not np.isfinite(c) or abs(c) < 1e-12 or abs(abs(c) - 1) < 1e-3:
         return []
+    c = _round_factor(c)
+    rounded = round_to(c * round_to(s.g, resolve_dtype(s.dtype)).astype(np.float64),
+                       resolve_dtype(s.dtype)).astype(np.float64)
     return _candidate(s, fail, golden_agrees, c * s.g, "scale", f"the golden times {c:.6g}",
-                      {"factor": c})
+                      {"factor": c}, rounded)
+
+
+def _round_factor(c: float) -> float:
+    """A least-squares factor as the simple number it estimates (2, 0.5, 1/8, 3) when it is
+    within 1e-3 of one."""
+    for simple in (round(c), 1 / round(1 / c) if abs(c) < 1 else c):
+        if simple and abs(c / simple - 1) < 1e-3:
+            return float(simple)
+    return c
 
 
 def _permutations(s: Subject, fail: np.ndarray, golden_agrees: float) -> list[Finding]:
@@ -464,7 +487,7 @@ def _regions(s: Subject, fail: np.ndarray) -> list[Finding]:
             continue
         out.append(_axis_region(letters[ax], size, hit, seen))
     first = int(s.flat[fail][0])
-    if not s.sampled and first >= 16 and fail[first:].mean() >= EXPLAINS:
+    if not s.sampled and first >= 16 and fail[first:].mean() >= 0.5:
         out.append(Finding("region", f"every element before flat index {first}{_pow2(first)} is "
                            "right; from it on most are wrong", 1.0,
                            {"axis": "flat", "ranges": [[first, int(s.flat[-1]) + 1]]}))
@@ -550,7 +573,7 @@ def read_subject(case, name: str, actual, rule, golden, record=None) -> Subject:
     S = _sums(case, name, keys, record, rows is None)
     others = {} if rows is not None else _others(case, name, n)
     return Subject(name, golden["dtype_name"], shape, golden["axes"] or "", rule, golden["K"],
-                   raw.astype(np.float64), g, flat, raw, S, case, record, others)
+                   raw.astype(np.float64), g, flat, raw, S, golden["cls"], case, record, others)
 
 
 def _sums(case, name, keys, record, whole: bool):

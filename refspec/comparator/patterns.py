@@ -10,6 +10,8 @@ from dataclasses import dataclass
 __all__ = ["Pattern", "failure_patterns"]
 
 _IGNORED = ("op", "seed")
+#: a pattern names at most this many values of its parameter
+MAX_VALUES = 4
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ def _pattern(op: str, output: str, rows: list, failed: list) -> Pattern:
         values = tuple(dict.fromkeys(r.params.get(param) for r in failed))
         with_value = sum(1 for r in rows if r.params.get(param) in values)
         others = len(rows) - with_value
-        if others == 0:
+        if others == 0 or len(values) > MAX_VALUES:
             continue
         key = (-len(values), len(failed) / with_value, others)
         if best_key is None or key > best_key:
