@@ -328,7 +328,8 @@ def _fills(s: Subject, fail: np.ndarray) -> list[Finding]:
     top = int(np.argmax(counts))
     if counts[top] / n >= EXPLAINS and n > 1:
         c = float(values[top])
-        return [Finding("constant", f"{whole} hold the constant {c:.7g} (a fill?)",
+        verb = "holds" if fail.all() else "hold"
+        return [Finding("constant", f"{whole} {verb} the constant {c:.7g} (a fill?)",
                         float(counts[top] / n), {"value": c})]
     return []
 
