@@ -116,14 +116,23 @@ def diagnose(subject: Subject) -> list[Finding]:
     if precision is not None:
         return [precision] + _roundings(s, fail) + _twin_dtype(s, fail)
     golden_agrees = 1.0 - float(fail.mean())
-    found = (_fills(s, fail) + _copies(s, fail, golden_agrees) + _multiples(s, fail, golden_agrees)
-             + _permutations(s, fail, golden_agrees) + _hypotheses(s, fail, golden_agrees)
-             + _roundings(s, fail) + _twin_dtype(s, fail))
+    found = []
+    for stage in (_fills, _copies, _multiples, _permutations, _hypotheses):
+        found += stage(s, fail, golden_agrees)
+        if any(_complete(f) for f in found):
+            break                      # an explanation of every element: no need to look on
+    else:
+        found += _roundings(s, fail) + _twin_dtype(s, fail)
     order = {k: i for i, k in enumerate(("zero", "nonfinite", "constant", "copy", "alternative",
                                          "reduction", "sign", "permuted", "scale", "rounding",
                                          "dtype"))}
     found.sort(key=lambda f: (-round(f.agreement, 3), order.get(f.kind, 99)))
     return _dedupe(found) + _regions(s, fail)
+
+
+def _complete(f: Finding) -> bool:
+    """A finding that explains every failing element and agrees with the whole output."""
+    return f.agreement >= 1 and f.detail.get("elements", 0) >= 1
 
 
 def _dedupe(found: list[Finding]) -> list[Finding]:
@@ -307,7 +316,7 @@ def _twin_dtype(s: Subject, fail: np.ndarray) -> list[Finding]:
 
 # --- fills, copies, multiples, permutations ---------------------------------------------------
 
-def _fills(s: Subject, fail: np.ndarray) -> list[Finding]:
+def _fills(s: Subject, fail: np.ndarray, golden_agrees: float = 0.0) -> list[Finding]:
     """The failing elements hold 0, one constant, or NaN/Inf."""
     a = s.a[fail]
     n = a.size
@@ -323,7 +332,7 @@ def _fills(s: Subject, fail: np.ndarray) -> list[Finding]:
     if zero.mean() >= EXPLAINS:
         return [Finding("zero", f"{whole} {'is' if fail.all() else 'are'} zero where the golden "
                         "is not (never written?)", float(zero.mean()),
-                        {"all": bool((s.a == 0).all())})]
+                        {"all": bool((s.a == 0).all()), "elements": float((s.a == 0).mean())})]
     values, counts = np.unique(a, return_counts=True)
     top = int(np.argmax(counts))
     if counts[top] / n >= EXPLAINS and n > 1:
@@ -430,6 +439,8 @@ def _hypotheses(s: Subject, fail: np.ndarray, golden_agrees: float) -> list[Find
             values = _evaluate(record, variant.call, s.name, s.g.size)
             out += _candidate(s, fail, golden_agrees, values, variant.kind, variant.summary,
                               dict(variant.detail))
+        if any(_complete(f) for f in out):
+            return out                 # this hypothesis explains every element
     return out
 
 

@@ -61,13 +61,14 @@ def failure_patterns(results) -> list[Pattern]:
 
 def _pattern(op: str, output: str, rows: list, failed: list) -> Pattern:
     """The parameter whose values among the failures set them apart best: the fewest values,
-    then the largest share of failing cases with those values, then the most other cases."""
+    then the largest share of failing cases with those values, then the most other cases
+    (a parameter is named only when at least half its cases with those values fail)."""
     best, best_key = None, None
     for param in _params(rows):
         values = tuple(dict.fromkeys(r.params.get(param) for r in failed))
         with_value = sum(1 for r in rows if r.params.get(param) in values)
         others = len(rows) - with_value
-        if others == 0 or len(values) > MAX_VALUES:
+        if others == 0 or len(values) > MAX_VALUES or len(failed) < with_value / 2:
             continue
         key = (-len(values), len(failed) / with_value, others)
         if best_key is None or key > best_key:

@@ -240,3 +240,39 @@ def test_hypotheses_are_evaluated_by_the_spec_of_the_record(smoke):
         ops.OPERATORS["rope_grad"] = record
     assert not any(f.kind == "alternative" for r in report.results for f in r.diagnosis)
     assert np.any([r.status == "fail" for r in report.results])
+
+
+def test_the_pytest_plugin_shows_the_diagnosis(smoke, tmp_path):
+    import subprocess
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir",
+         str(tmp_path), "--refspec-golden", str(smoke), "--refspec-impl",
+         f"{IMPLS / 'diagnosis_kernels.py'}:SIGN", "--refspec-op", "rope_grad",
+         "--refspec-case", "*/mode=half/*"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert result.returncode == 1, result.stdout[-3000:]
+    assert re.search(r"^diagnosis: sign: the golden's negative", result.stdout, re.M), \
+        result.stdout[-3000:]
+
+
+def test_a_large_output_is_diagnosed_on_whole_rows_of_its_first_axis():
+    """An output above SAMPLE_ELEMENTS is read in evenly spaced rows of its first axis: the
+    generic findings still name the mistake, and where it lies along the inner axes."""
+    from refspec.comparator import diagnosis
+    from refspec.comparator.memory_case import spec_case
+    rng = np.random.default_rng(5)
+    B, N, S, D = 64, 4, 64, 128                      # 2^21 elements, twice the sample
+    assert B * N * S * D > diagnosis.SAMPLE_ELEMENTS
+    x = rng.standard_normal((B, N, S, D)).astype(np.float32)
+    theta = rng.uniform(0, 6.3, (1, 1, S, D)).astype(np.float32)
+    case = spec_case("rope", x=x, cos=np.cos(theta), sin=np.sin(theta), mode=0, soc="A2")
+    y = np.array(case.expected["y"][()], copy=True)
+    y[..., D // 2:] *= -1                             # the second half's sign lost
+    report = compare(case, {"y": y})
+    (r,) = report.failures
+    kinds = [f.kind for f in r.diagnosis]
+    assert "region" in kinds, [f.line() for f in r.diagnosis]
+    region = next(f for f in r.diagnosis if f.kind == "region" and f.detail["axis"] == "D")
+    assert region.detail["ranges"] == [[D // 2, D]]
+    rows = diagnosis.sample_rows((B, N, S, D))
+    assert rows[0] == 0 and rows[-1] == B - 1 and rows.size * N * S * D <= diagnosis.SAMPLE_ELEMENTS
