@@ -76,6 +76,7 @@ EXPECTED = {
     "constant": (("dsin",), "constant", lambda d, p: d["value"] == 0.5),
     "nonfinite": (("dx",), "nonfinite", lambda d, p: d["nan"] > 0),
     "copy": (("dx",), "copy", lambda d, p: d["of"] == "input:dy"),
+    "copy_output": (("dcos",), "copy", lambda d, p: d["of"] == "output:dsin"),
     "permuted": (("dx",), "permuted", lambda d, p: (d["axis"], d["how"]) == ("D", "halves exchanged")),
     "alternative": (("dx", "dcos", "dsin"), "alternative", lambda d, p: (d["param"], d["value"]) == ("mode", "interleave")),
     "reduction": (("dcos", "dsin"), "reduction", lambda d, p: d["axes"] == _reduced(p)[1:]),

@@ -60,6 +60,12 @@ def _copy(out, mode, dy, x):
     out["dx"] = np.array(dy, copy=True)
 
 
+def _copy_output(out, mode, dy, x):
+    """dsin's buffer written to dcos as well."""
+    if out.get("dsin") is not None:
+        out["dcos"] = out["dsin"].copy()
+
+
 def _dtype(out, mode, dy, x):
     """dx computed right (in float32) but stored as bfloat16 bits where float16 is expected."""
     out["dx"] = out["dx"].astype(bfloat16).view(np.float16)
@@ -80,7 +86,7 @@ def _tail(out, mode, dy, x):
 _MISTAKES = {
     "sign": (None, _sign, None), "scale": (None, _scale, None), "zero": (None, _zero, None),
     "constant": (None, _constant, None), "nonfinite": (None, _nonfinite, None),
-    "copy": (None, _copy, None), "permuted": ("swapped_halves", None, None),
+    "copy": (None, _copy, None), "copy_output": (None, _copy_output, None), "permuted": ("swapped_halves", None, None),
     "region": ("lost_minus", None, None), "alternative": (None, None, INTERLEAVE),
     "reduction": ("dcos_wrong_axes", None, None), "rounding": ("truncation", None, None),
     "dtype": (None, _dtype, None), "tail": (None, _tail, None),
