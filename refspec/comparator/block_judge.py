@@ -18,7 +18,7 @@ import numpy as np
 from ..spec.dtypes import round_to
 from . import oracle
 from .floatinfo import U_ACC, bits_of, float_info
-from .fused import FLAGS, INTS, KIND, PARAMS, fused_block
+from .fused import FLAGS, KIND, PARAMS, Block, Flags, HeatMap, Params, Results, fused_block
 from .metrics import Accumulator, FusedBlock
 from .standards import C_REDUCTION, ELEMENT_ROUNDINGS, ROUNDING_SLACK_U32, TERM_ROUNDINGS, \
     UNDERFLOW, Rule
@@ -59,51 +59,52 @@ class BlockJudge:
         self._fused_args = None
 
     def _fused_setup(self):
-        r, info = self.rule, self.info
-        flags = np.zeros(len(FLAGS), np.int64)
-        params = np.zeros(len(PARAMS), np.float64)
-        on = dict(has_rule=r is not None, top=self.acc.top, heat=self.acc._heat is not None)
+        """The compiled pass's arguments that are the same for every block: the dtype's code,
+        the rule's ``Flags`` and ``Params``, the ``HeatMap``."""
+        r, info, acc = self.rule, self.info, self.acc
+        on = dict.fromkeys(FLAGS, 0)
+        on.update(has_rule=int(r is not None), top=int(acc.top), heat=int(acc._heat is not None))
+        numbers = dict.fromkeys(PARAMS, 0.0)
         if r is not None:
             on.update(bitwise=r.bitwise, has_rtol=r.rtol is not None, data_atol=r.data_atol,
                       hard_bound=r.hard_bound, rounding_gate=r.rounding_gate,
                       eval_bound=r.eval_bound, exempt_rounded=r.exempt_rounded)
-            params[PARAMS.index("rtol")] = r.rtol or 0.0
-            params[PARAMS.index("atol")] = r.atol or 0.0
-        for k, v in on.items():
-            flags[FLAGS.index(k)] = int(v)
-        for k, v in (("c_sqrt_k", self.c_sqrt_k), ("gamma", self.gamma),
-                     ("underflow", self.underflow), ("gate_slack", ROUNDING_SLACK_U32 * U_ACC),
-                     ("gamma_e", self.gamma_e), ("eval_underflow", ELEMENT_ROUNDINGS * UNDERFLOW),
-                     ("overflow", info.overflow), ("sv", self.acc.sv),
-                     ("e_small", self.acc.e_small), ("mant", info.mant),
-                     ("lowest", info.emin + 1023)):
-            params[PARAMS.index(k)] = v
-        heat = self.acc._heat if self.acc._heat is not None else np.zeros((1, 1))
-        geom = np.ones(4, np.int64)
-        if self.acc._heat is not None:
-            shape = self.acc._heat_shape
-            strides = [prod(shape[i + 1:]) for i in range(len(shape))]
-            if self.acc._hj is not None:
-                geom[:2] = strides[self.acc._hi], shape[self.acc._hi]
-                geom[2:] = strides[self.acc._hj], shape[self.acc._hj]
-            else:
-                geom[2:] = strides[self.acc._hi], shape[self.acc._hi]
-        self._fused_args = (KIND[info.name], flags, params, heat, geom)
+            numbers.update(rtol=r.rtol or 0.0, atol=r.atol or 0.0)
+        numbers.update(c_sqrt_k=self.c_sqrt_k, gamma=self.gamma, underflow=self.underflow,
+                       gate_slack=ROUNDING_SLACK_U32 * U_ACC, gamma_e=self.gamma_e,
+                       eval_underflow=ELEMENT_ROUNDINGS * UNDERFLOW, overflow=info.overflow,
+                       sv=acc.sv, e_small=acc.e_small, mant=info.mant, lowest=info.emin + 1023)
+        flags = Flags(**{k: int(v) for k, v in on.items()})
+        params = Params(**{k: float(v) for k, v in numbers.items()})
+        self._fused_args = (KIND[info.name], flags, params, self._heat_map())
         return self._fused_args
+
+    def _heat_map(self) -> HeatMap:
+        """The accumulator's 2-D map (a 1 x 1 dummy without one) and the strides that find a
+        flat index's cell: rows along axis i, columns along axis j (one row for one axis)."""
+        acc = self.acc
+        if acc._heat is None:
+            return HeatMap(np.zeros((1, 1)), 1, 1, 1, 1)
+        shape = acc._heat_shape
+        strides = [prod(shape[i + 1:]) for i in range(len(shape))]
+        if acc._hj is None:
+            return HeatMap(acc._heat, 1, 1, strides[acc._hi], shape[acc._hi])
+        return HeatMap(acc._heat, strides[acc._hi], shape[acc._hi], strides[acc._hj],
+                       shape[acc._hj])
 
     def compute(self, flat0: int, a: np.ndarray, g: np.ndarray, e: np.ndarray | None,
                 S: np.ndarray | None) -> FusedBlock:
         """The fused pass over one block (no shared state is changed but the 2-D map, so
         blocks may be computed side by side when there is none)."""
-        kind, flags, params, heat, geom = self._fused_args or self._fused_setup()
+        kind, flags, params, heat = self._fused_args or self._fused_setup()
         bits = bits_of(a)
         e_bits = bits_of(e) if e is not None and self.needs_expected else bits[:0]
         S = _EMPTY if S is None or not self.uses_sum_abs else np.ascontiguousarray(S, np.float64)
         g = np.ascontiguousarray(g, np.float64)
         out = FusedBlock(flat0, a.size, max(self.acc.top, 0))
-        fused_block(bits, e_bits, g, S, kind, flags, params, flat0, heat, geom,
-                    out.ints, out.floats, out.hist, out.top, out.elems, out.special)
-        n_spec = int(out.ints[INTS.index("n_special")])
+        fused_block(Block(bits, e_bits, g, S, kind, int(flat0)), flags, params, heat,
+                    Results(out.ints, out.floats, out.hist, out.top, out.elems, out.special))
+        n_spec = out.counts().n_special
         if n_spec > out.special.size:            # many special values: the oracle's step
             out.arrays = (a.copy(), g.copy(), None if e is None else e.copy(),
                           None if S.size == 0 else S.copy())
