@@ -222,7 +222,7 @@ class Accumulator:
         if ns < n:
             big = ~small if ns else slice(None)
             rel = ad[big] / ag[big]
-            self._add_rel(rel, big, ns, flat0, where, a, g, ad, ulps, bad)
+            self._add_rel(rel, big, ns, flat0, where, (a, g, ad, ulps, bad))
         self._hist(ulps)
         self._keep_worst(flat0, where, a, g, ad, ulps, bad, bmax)
         if self._heat is not None:
@@ -306,9 +306,10 @@ class Accumulator:
         self._sum_a2 += a2
         self._sum_g2 += g2
 
-    def _add_rel(self, rel, big, ns, flat0, where, a, g, ad, ulps, bad) -> None:
+    def _add_rel(self, rel, big, ns, flat0, where, arrays) -> None:
         """Relative errors of the non-small elements (``big`` their mask when ``ns`` > 0):
-        their sum for the mean and the largest with its element."""
+        their sum for the mean and the largest with its element (``arrays``: a, g, ad, ulps,
+        bad of the step, as ``add_numeric`` has them)."""
         m = self.m
         self._sum_rel += float(rel.sum())
         self._n_rel += rel.size
@@ -316,7 +317,7 @@ class Accumulator:
         if m.max_rel is None or rel[k] > m.max_rel:
             m.max_rel = float(rel[k])
             pos = np.flatnonzero(big)[k] if ns else k
-            m.max_rel_at = self._element(flat0, where, pos, a, g, ad, ulps, bad)
+            m.max_rel_at = self._element(flat0, where, pos, *arrays)
 
     def _add_small(self, ad, small) -> int:
         """Small-value counts (|g| < SV) and their errors; returns how many are small."""
