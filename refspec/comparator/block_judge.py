@@ -11,7 +11,6 @@ metrics.
 from __future__ import annotations
 
 import math
-from math import prod
 
 import numpy as np
 
@@ -60,10 +59,11 @@ class BlockJudge:
 
     def _fused_setup(self):
         """The compiled pass's arguments that are the same for every block: the dtype's code,
-        the rule's ``Flags`` and ``Params``, the ``HeatMap``."""
+        the rule's ``Flags`` and ``Params``, the ``HeatMap`` (a 1 x 1 dummy without a map)."""
         r, info, acc = self.rule, self.info, self.acc
         on = dict.fromkeys(FLAGS, 0)
-        on.update(has_rule=int(r is not None), top=int(acc.top), heat=int(acc._heat is not None))
+        geometry = acc.heat_geometry()
+        on.update(has_rule=int(r is not None), top=int(acc.top), heat=int(geometry is not None))
         numbers = dict.fromkeys(PARAMS, 0.0)
         if r is not None:
             on.update(bitwise=r.bitwise, has_rtol=r.rtol is not None, data_atol=r.data_atol,
@@ -76,21 +76,9 @@ class BlockJudge:
                        sv=acc.sv, e_small=acc.e_small, mant=info.mant, lowest=info.emin + 1023)
         flags = Flags(**{k: int(v) for k, v in on.items()})
         params = Params(**{k: float(v) for k, v in numbers.items()})
-        self._fused_args = (KIND[info.name], flags, params, self._heat_map())
+        heat = HeatMap(*(geometry or (np.zeros((1, 1)), 1, 1, 1, 1)))
+        self._fused_args = (KIND[info.name], flags, params, heat)
         return self._fused_args
-
-    def _heat_map(self) -> HeatMap:
-        """The accumulator's 2-D map (a 1 x 1 dummy without one) and the strides that find a
-        flat index's cell: rows along axis i, columns along axis j (one row for one axis)."""
-        acc = self.acc
-        if acc._heat is None:
-            return HeatMap(np.zeros((1, 1)), 1, 1, 1, 1)
-        shape = acc._heat_shape
-        strides = [prod(shape[i + 1:]) for i in range(len(shape))]
-        if acc._hj is None:
-            return HeatMap(acc._heat, 1, 1, strides[acc._hi], shape[acc._hi])
-        return HeatMap(acc._heat, strides[acc._hi], shape[acc._hi], strides[acc._hj],
-                       shape[acc._hj])
 
     def compute(self, flat0: int, a: np.ndarray, g: np.ndarray, e: np.ndarray | None,
                 S: np.ndarray | None) -> FusedBlock:

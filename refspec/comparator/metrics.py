@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections import namedtuple
 from dataclasses import dataclass, field
+from math import prod
 
 import numpy as np
 
@@ -197,6 +198,19 @@ class Accumulator:
             shape, i, j = heat
             self._heat_shape, self._hi, self._hj = shape, i, j
             self._heat = np.zeros((shape[i], shape[j]) if j is not None else (1, shape[i]))
+
+    def heat_geometry(self):
+        """The 2-D map and how a flat index finds its cell: (cells, row stride, rows, column
+        stride, columns) with rows along axis i and columns along axis j (one row for one
+        axis); None when no map is kept."""
+        if self._heat is None:
+            return None
+        shape = self._heat_shape
+        strides = [prod(shape[i + 1:]) for i in range(len(shape))]
+        if self._hj is None:
+            return (self._heat, 1, 1, strides[self._hi], shape[self._hi])
+        return (self._heat, strides[self._hi], shape[self._hi], strides[self._hj],
+                shape[self._hj])
 
     # -- numeric elements ------------------------------------------------------------------
     def add_numeric(self, flat0: int, where: np.ndarray | None, a: np.ndarray, g: np.ndarray,
