@@ -64,17 +64,18 @@ def judge(job: JudgedOutput, context: str) -> OutputResult:
         return problem
     rule = job.rule
     try:
-        res.metrics = measure(job.case, job.golden, job.actual, None if rule.ratio_level
-                              else rule, job.options, job.sum_abs)
+        m = measure(job.case, job.golden, job.actual, None if rule.ratio_level else rule,
+                    job.options, job.sum_abs)
         if rule.ratio_level:
             bench = measure(job.case, job.golden, Benchmark(job.benchmark), None,
                             replace(job.options, top=0))
     except MeasureProblem as p:
         return res.problem(p.status, p.detail)
+    res.metrics = m
     if rule.ratio_level:
-        verdict_ratio(res, res.metrics, bench, rule)
+        verdict_ratio(res, m, bench, rule)
     else:
-        verdict(res, res.metrics, rule)
+        verdict(res, m, rule)
     if res.status != "pass":
         further_passes(res, job)
     return res
