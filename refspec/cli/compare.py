@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 
 import click
 
@@ -61,9 +62,7 @@ __all__ = ["register", "compare_command"]
 @click.option("--scheduler", default=None, metavar="ADDRESS",
               help="Judge on this Dask scheduler's workers (also $REFSPEC_SCHEDULER); they must "
                    "see GOLDEN and ACTUAL.")
-def compare_command(golden, actual, cases, standard, rtol, atol, saturation, mapping, ratio_level,
-                    json_path, junit_path, html_path, heatmap_axes, top, failures_only, verbose,
-                    only_present, operators, socs, jobs, scheduler, msprobe):
+def compare_command(golden, actual, mapping, msprobe, **options):
     """Judge the outputs in ACTUAL against the golden HDF5 file GOLDEN.
 
     ACTUAL: a `refspec export` directory with the kernel's <output>.bin and status.json
@@ -79,56 +78,78 @@ def compare_command(golden, actual, cases, standard, rtol, atol, saturation, map
             return actual, mapping
         from ..comparator.dump_source import msprobe_source
         return msprobe_source(golden, msprobe, actual, mapping), None
-    return judge(golden, source, cases=cases, standard=standard, rtol=rtol, atol=atol,
-                 saturation=saturation, ratio_level=ratio_level, json_path=json_path,
-                 junit_path=junit_path, html_path=html_path, heatmap_axes=heatmap_axes, top=top,
-                 failures_only=failures_only, verbose=verbose, only_present=only_present,
-                 operators=operators, socs=socs, jobs=jobs, scheduler=scheduler)
+    return judge(golden, source, **options)
 
 
-def judge(golden, source, *, cases, standard, rtol, atol, saturation, ratio_level, json_path,
-          junit_path, html_path, heatmap_axes, top, failures_only, verbose, only_present,
-          operators, socs, jobs, scheduler) -> int:
-    """Judge the actual outputs ``source()`` gives (``(actual, mapping)``) against GOLDEN and
-    print and write the reports; the exit code (``refspec compare`` and ``refspec run``)."""
-    from ..comparator import CompareUsageError, MappingError, compare
+#: the options of `refspec compare` that say which reports are written and how the terminal
+#: report looks; every other option is a field of ``refspec.comparator.options.CompareOptions``
+REPORT_OPTIONS = ("json_path", "junit_path", "html_path", "failures_only", "verbose")
+
+
+def compare_options(options: dict):
+    """The ``CompareOptions`` of the command line's comparison options (click's names are its
+    field names): repeated options as lists (None when not given), ``--jobs 0`` one per CPU,
+    the scheduler's address, heat maps for an HTML report."""
+    from ..comparator.options import CompareOptions
+    from ..goldens.executors import scheduler_address
+
+    given = {k: v for k, v in options.items() if k not in REPORT_OPTIONS}
+    for name in ("cases", "operators", "socs"):
+        given[name] = list(given[name]) or None
+    given["jobs"] = given["jobs"] or (os.cpu_count() or 1)
+    given["scheduler"] = scheduler_address(given["scheduler"])
+    if given["heatmap_axes"] is not None and not (given["heatmap_axes"].isalpha()
+                                                  and 1 <= len(given["heatmap_axes"]) <= 2):
+        raise CliError(f"--heatmap-axes {given['heatmap_axes']!r}: give one or two axis "
+                       "letters, e.g. SD")
+    return CompareOptions(heatmaps=options["html_path"] is not None, **given)
+
+
+def judge(golden, source, **options) -> int:
+    """Judge the actual outputs ``source()`` gives (``(actual, mapping)``) against GOLDEN with
+    the command line's ``options`` (``REPORT_OPTIONS`` and ``compare_options``) and print and
+    write the reports; the exit code (``refspec compare``, ``refspec run``, ``refspec
+    check-dump``)."""
+    from ..comparator import CompareUsageError, MappingError
     from ..comparator.frameworks import FrameworkError
     from ..comparator.implementation import ImplementationError
-    from ..comparator.render_text import render_text
-    from ..goldens.executors import SchedulerUnavailable, WorkerLost, scheduler_address
+    from ..comparator.run import compare_with
+    from ..goldens.executors import SchedulerUnavailable, WorkerLost
 
-    for path, flag in ((json_path, "--json"), (junit_path, "--junit"), (html_path, "--html")):
-        if path is not None:
-            check_output_file(path, f"{flag} {path}")
-    if heatmap_axes is not None and not (heatmap_axes.isalpha() and 1 <= len(heatmap_axes) <= 2):
-        raise CliError(f"--heatmap-axes {heatmap_axes!r}: give one or two axis letters, e.g. SD")
+    for flag, key in (("--json", "json_path"), ("--junit", "junit_path"),
+                      ("--html", "html_path")):
+        if options[key] is not None:
+            check_output_file(options[key], f"{flag} {options[key]}")
+    opts = compare_options(options)
     try:
         actual, mapping = source()
-        report = compare(golden, actual, cases=list(cases) or None, standard=standard, rtol=rtol,
-                         atol=atol, saturation=saturation, mapping=mapping, top=top,
-                         ratio_level=ratio_level, heatmaps=html_path is not None,
-                         heatmap_axes=heatmap_axes, only_present=only_present,
-                         operators=list(operators) or None, socs=list(socs) or None,
-                         jobs=jobs or (os.cpu_count() or 1),
-                         scheduler=scheduler_address(scheduler))
+        report = compare_with(golden, actual, replace(opts, mapping=mapping))
     except (CompareUsageError, MappingError, UnknownCaseError, FrameworkError,
             ImplementationError, SchedulerUnavailable) as exc:
         raise CliError(str(exc)) from None
     except WorkerLost as exc:
         raise CliError(f"{exc}; nothing was written (--jobs 1 judges in this process and shows "
                        "the cause)") from None
-    click.echo(render_text(report, verbose=verbose, failures_only=failures_only))
-    if json_path:
-        from ..comparator.render_json import write_json
-        write_json(report, json_path)
-    if junit_path:
-        from ..comparator.render_junit import write_junit
-        write_junit(report, junit_path)
-    if html_path:
-        from ..comparator.render_html import write_html
-        write_html(report, html_path)
-    sys.stdout.flush()
+    _write_reports(report, options)
     return report.exit_code
+
+
+def _write_reports(report, options: dict) -> None:
+    """The terminal report, and the JSON, JUnit and HTML files asked for."""
+    from ..comparator.render_text import render_text
+
+    click.echo(render_text(report, verbose=options["verbose"],
+                           failures_only=options["failures_only"]))
+    if options["json_path"]:
+        from ..comparator.render_json import write_json
+        write_json(report, options["json_path"])
+    if options["junit_path"]:
+        from ..comparator.render_junit import write_junit
+        write_junit(report, options["junit_path"])
+    if options["html_path"]:
+        from ..comparator.render_html import write_html
+        write_html(report, options["html_path"])
+    sys.stdout.flush()
 
 
 def register(group) -> None:

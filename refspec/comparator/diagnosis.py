@@ -87,12 +87,12 @@ def sample_rows(shape: tuple, limit: int = SAMPLE_ELEMENTS) -> np.ndarray | None
     return np.unique(np.linspace(0, shape[0] - 1, keep).round().astype(np.int64))
 
 
-def read_subject(case, name: str, actual, rule, golden, record=None) -> Subject:
-    """The ``Subject`` of one failing output: ``actual`` an ``ActualArray``, ``golden`` what the
-    judge knows of the output (``dtype_name``, ``shape``, ``axes``, ``K``, ``exact``). An output
+def read_subject(case, golden, actual, rule, record=None) -> Subject:
+    """The ``Subject`` of one failing output: ``golden`` its ``GoldenOutput``, ``actual`` an
+    ``ActualArray``. An output
     larger than ``SAMPLE_ELEMENTS`` is read in whole rows of its first axis (``sample_rows``)
     and gets no spec hypotheses."""
-    shape = tuple(golden["shape"])
+    name, shape = golden.name, tuple(golden.shape)
     rows = sample_rows(shape)
     n = int(np.prod(shape, dtype=np.int64))
     row = n // shape[0] if shape else 1
@@ -103,13 +103,14 @@ def read_subject(case, name: str, actual, rule, golden, record=None) -> Subject:
         keys = [((int(i),), int(i) * row, row) for i in rows]
         flat = (rows[:, None] * row + np.arange(row)).reshape(-1)
     raw = np.concatenate([np.asarray(actual.read(k, f0, c)).reshape(-1) for k, f0, c in keys])
-    exact = golden["exact"]
+    exact = golden.exact
     g = np.concatenate([np.asarray(exact[k] if shape else exact[()], np.float64).reshape(-1)
                         for k, _, _ in keys])
     S = _sums(case, name, keys, record, rows is None)
     others = {} if rows is not None else _others(case, name, n)
-    return Subject(name, golden["dtype_name"], shape, golden["axes"] or "", rule, golden["K"],
-                   raw.astype(np.float64), g, flat, raw, S, golden["cls"], case, record, others)
+    return Subject(name, golden.dtype_name, shape, golden.axes, rule, golden.K,
+                   raw.astype(np.float64), g, flat, raw, S, golden.comparison_class, case, record,
+                   others)
 
 
 def _sums(case, name, keys, record, whole: bool):
@@ -142,7 +143,7 @@ def _others(case, name: str, n: int) -> dict:
     return out
 
 
-def diagnose_output(case, name: str, actual, rule, golden) -> list[Finding]:
+def diagnose_output(case, golden, actual, rule) -> list[Finding]:
     """The diagnosis of one failing output (``read_subject``, then ``diagnose``)."""
-    return diagnose(read_subject(case, name, actual, rule, golden, ops.find(case.op)))
+    return diagnose(read_subject(case, golden, actual, rule, ops.find(case.op)))
 

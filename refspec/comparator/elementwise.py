@@ -1,6 +1,6 @@
 """Element by element: would each element of a kernel's output pass its standard were a
 candidate the golden? (docs/compare.md, "Diagnosis"). The checks are the judge's own
-(``Rule``'s badness, ``refspec.comparator.judge.BlockJudge``), applied to a candidate instead of
+(``Rule``'s badness as ``refspec.comparator.oracle.badness`` computes it), applied to a candidate instead of
 the golden; special values agree when they are the same (NaN with NaN, an infinity with the same
 infinity)."""
 
@@ -10,8 +10,9 @@ import numpy as np
 
 from ..spec.dtypes import resolve_dtype, round_to
 from .floatinfo import float_info, ulp_at
-from .judge import BlockJudge
+from .block_judge import BlockJudge
 from .metrics import Accumulator
+from .oracle import badness as oracle_badness
 from .standards import SMALL_VALUES, STANDARDS, Rule
 
 __all__ = ["agrees", "badness"]
@@ -39,7 +40,7 @@ def badness(rule: Rule, dtype: str, K, a: np.ndarray, raw: np.ndarray, g: np.nda
     with np.errstate(all="ignore"):
         ulps = ad / ulp
     e = round_to(g, dt) if judge.needs_expected else None
-    return judge._badness(raw, e, ad, ag, ulp, ulps, S if judge.uses_sum_abs else None)
+    return oracle_badness(judge, (raw, e, S if judge.uses_sum_abs else None), ad, ag, ulp, ulps)
 
 
 def agrees(rule: Rule, dtype: str, K, a: np.ndarray, raw: np.ndarray, g: np.ndarray,

@@ -1,7 +1,7 @@
 """The fused step: every per-element quantity of one block in one compiled pass (numba).
 
-``fused_block`` computes, element by element, exactly the operations of the reference step
-(``refspec.comparator.judge.BlockJudge._step_reference``, docs/compare.md "Judging"): the
+``fused_block`` computes, element by element, exactly the operations of the NumPy oracle
+(``refspec.comparator.oracle``, docs/compare.md "Judging"): the
 actual decoded from its bits to float64, d = a - g, |d|, the dtype's spacing at |g| (a power of
 two from the exponent bits of g), ulps = |d| / spacing, the badness of the rule's checks in the
 reference's order of operations, and accumulates what ``refspec.comparator.metrics.
@@ -10,9 +10,12 @@ the small-value counts, the relative errors, the top-k worst elements under the 
 order (badness, then |a - g| descending, then flat index ascending) and the optional 2-D map.
 The float sums behind RMSE, cosine similarity and the mean relative error are added in four
 lanes per chunk of ``CHUNK`` elements, so they agree with the reference's per-step sums to
-a few float64 roundings, not bit for bit. Elements that are not numeric (NaN or an infinity in the actual, a
-golden that rounds to an infinity) are only listed: the caller judges them as the reference
-does.
+a few float64 roundings, not bit for bit. Elements that are not numeric (NaN or an infinity
+in the actual, a golden that rounds to an infinity) are only listed: the caller judges them as
+the oracle does.
+
+Its arguments are named tuples (``Block``, ``Flags``, ``Params``, ``HeatMap``, ``Results``) and
+its result arrays are indexed by name (``INTS_AT``, ``FLOATS_AT``, ``ELEMENT_AT``).
 
 The function is compiled on first use and cached on disk (``cache=True``); it releases the GIL,
 so blocks are judged in threads side by side.
@@ -21,25 +24,43 @@ so blocks are judged in threads side by side.
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from .metrics import ELEMENT, FLOATS, INTS, NBINS
+from .metrics import ELEMENT, ELEMENT_AT, FLOATS, FLOATS_AT, INTS, INTS_AT, NBINS
 
-__all__ = ["fused_block", "KIND", "FLAGS", "PARAMS", "INTS", "FLOATS", "ELEMENT",
-           "CHUNK"]
+__all__ = ["fused_block", "KIND", "FLAGS", "PARAMS", "INTS", "FLOATS", "ELEMENT", "CHUNK",
+           "Flags", "Params", "Block", "Results", "HeatMap"]
 
 #: codes of the output dtypes (how the kernel decodes an actual's bits)
 KIND = {"float32": 0, "float16": 1, "bfloat16": 2, "float64": 3}
-#: positions in the int64 ``flags`` argument
+#: the rule's switches (ints: 0 off) and the number of worst elements kept (``top``)
 FLAGS = ("has_rule", "bitwise", "has_rtol", "data_atol", "hard_bound", "rounding_gate",
          "eval_bound", "top", "heat", "exempt_rounded")
-#: positions in the float64 ``params`` argument
+#: the rule's numbers and the dtype's (floats)
 PARAMS = ("rtol", "atol", "c_sqrt_k", "gamma", "underflow", "gate_slack", "gamma_e",
           "eval_underflow", "overflow", "sv", "e_small", "mant", "lowest")
+Flags = namedtuple("Flags", FLAGS)
+Params = namedtuple("Params", PARAMS)
+#: one block: ``a`` the actual's bits, ``e`` the rounded golden's bits (or empty), ``g`` the
+#: exact golden, ``S`` the sums of |terms| (or empty), all C order from flat index ``flat0``;
+#: ``kind`` the output dtype's code (``KIND``)
+Block = namedtuple("Block", ("a", "e", "g", "S", "kind", "flat0"))
+#: what a block gives: ``ints`` and ``floats`` (``INTS``, ``FLOATS``), the ulp histogram
+#: ``hist``, the worst rows ``top`` and the rows ``elems`` of the max |a - g| and the max
+#: relative error (``ELEMENT`` columns), ``special`` the positions of non-numeric elements
+Results = namedtuple("Results", ("ints", "floats", "hist", "top", "elems", "special"))
+#: the 2-D map (max badness per cell) and how a flat index finds its cell
+HeatMap = namedtuple("HeatMap", ("cells", "row_stride", "rows", "col_stride", "cols"))
+#: one chunk of numeric elements: ``A`` (decoded actual), ``E`` (decoded rounded golden), ``G``
+#: (exact golden), ``S`` (sums of |terms|, when ``has_S``), ``m`` of them, at local flat index
+#: ``I[k]`` when ``mapped``, else ``c0 + k``; ``BAD`` and ``B`` (badness, histogram bin) scratch
+Chunk = namedtuple("Chunk", ("A", "E", "G", "S", "I", "BAD", "B", "m", "c0", "mapped", "has_S",
+                             "kind", "flat0"))
 
 _MANT64 = (1 << 52) - 1
 _EXP_MASK = 0x7FF
@@ -91,21 +112,17 @@ CHUNK = 512
 
 
 @njit(cache=True, nogil=True, error_model="numpy")
-def fused_block(a, e, g, S, kind, flags, params, flat0, heat, geom, ints, floats, hist,
-                top, elems, special):
-    """One block: ``a`` the actual's bits, ``e`` the rounded golden's bits (copies; else
-    empty), ``g`` the exact golden, ``S`` the sums of |terms| (empty when unused), all C order
-    from flat index ``flat0``; ``kind`` the output dtype's code (``KIND``). Results go to ``ints``/``floats`` (``INTS``, ``FLOATS``),
-    ``hist`` (ulp histogram), ``top`` (rows ``ELEMENT``, best first), ``elems`` (rows of the
-    max |a - g| and the max relative error), ``special`` (positions of non-numeric elements;
-    ``ints[5]`` says how many, also beyond its size) and, when ``flags[8]``, ``heat`` (max
-    badness per cell; ``geom`` = row stride, rows, column stride, columns).
+def fused_block(block, flags, params, heat, out):
+    """One ``Block`` under the rule's ``Flags`` and ``Params``; results into ``out``
+    (``Results``: ``ints.n_special`` says how many special positions there are, also beyond
+    the size of ``special``) and, when ``flags.heat``, the ``HeatMap``.
 
     The block goes in chunks of ``CHUNK`` elements. A chunk whose elements are all numeric
     is judged where it lies; otherwise its numeric elements are gathered first and the others
     listed. Each chunk takes a few short loops without branches, which the compiler
     vectorises (decoding; the badness; the histogram bins; the sums, counts and maxima), then
     looks for the positions of new maxima and worst elements only where a chunk holds one."""
+    g, S, kind, flat0 = block.g, block.S, block.kind, block.flat0
     n = g.size
     has_S = S.size > 0
     A = np.empty(CHUNK)
@@ -115,53 +132,56 @@ def fused_block(a, e, g, S, kind, flags, params, flat0, heat, geom, ints, floats
     BAD = np.empty(CHUNK)
     I = np.empty(CHUNK, np.int64)
     B = np.empty(CHUNK, np.int64)
-    st = np.zeros(16)                   # sums 0-4, max badness 5, max |d| 7, max rel 8, small 9
-    st[7] = -1.0
-    st[8] = -1.0
-    st[9] = -1.0
-    ist = np.zeros(8, np.int64)
-    H = np.zeros((8, hist.size), np.int64)
-    bitwise = flags[0] != 0 and (flags[1] != 0 or flags[9] != 0)
-    overflow = params[8]
+    floats = out.floats
+    floats[FLOATS_AT.max_abs] = -1.0
+    floats[FLOATS_AT.max_rel] = -1.0
+    floats[FLOATS_AT.max_abs_small] = -1.0
+    H = np.zeros((8, out.hist.size), np.int64)
+    bitwise = flags.has_rule != 0 and (flags.bitwise != 0 or flags.exempt_rounded != 0)
+    overflow = params.overflow
     for c0 in range(0, n, CHUNK):
         c1 = min(c0 + CHUNK, n)
         m = c1 - c0
-        nn = _decode_run(a, g, c0, m, kind, A, overflow)
+        nn = _decode_run(block.a, g, c0, m, kind, A, overflow)
         if bitwise:
-            _decode_run(e, g, c0, m, kind, E, overflow)
+            _decode_run(block.e, g, c0, m, kind, E, overflow)
         if nn == 0:
-            _chunk(A, E, g[c0:c1], S[c0:c1] if has_S else g[c0:c1], m, has_S, False, I, c0,
-                   kind, flags, params, flat0, heat, geom, st, ist, H, top, elems,
-                   BAD, B)
+            _chunk(Chunk(A, E, g[c0:c1], S[c0:c1] if has_S else g[c0:c1], I, BAD, B, m, c0,
+                         False, has_S, kind, flat0), flags, params, heat, out, H)
             continue
-        q = 0
-        for k in range(m):
-            av = A[k]
-            gv = g[c0 + k]
-            if math.isfinite(av) and abs(gv) < overflow:
-                A[q] = av
-                E[q] = E[k]
-                G[q] = gv
-                SB[q] = S[c0 + k] if has_S else 0.0
-                I[q] = c0 + k
-                q += 1
-            else:
-                if ist[5] < special.size:
-                    special[ist[5]] = c0 + k
-                ist[5] += 1
+        q = _gather(Chunk(A, E, G, SB, I, BAD, B, m, c0, True, has_S, kind, flat0), block,
+                    overflow, out)
         if q:
-            _chunk(A[:q], E[:q], G[:q], SB[:q], q, has_S, True, I, c0, kind, flags, params,
-                   flat0, heat, geom, st, ist, H, top, elems, BAD, B)
-    for k in range(7):
-        ints[k] = ist[k]
+            _chunk(Chunk(A[:q], E[:q], G[:q], SB[:q], I, BAD, B, q, c0, True, has_S, kind,
+                         flat0), flags, params, heat, out, H)
     for r in range(8):
-        for b in range(hist.size):
-            hist[b] += H[r, b]
-    floats[0] = st[5]
-    floats[1] = st[9]
-    for k in range(4):
-        floats[2 + k] = st[k]
-    floats[6] = st[4]
+        for b in range(out.hist.size):
+            out.hist[b] += H[r, b]
+
+
+@njit(inline="always")
+def _gather(c, block, overflow, out):
+    """The numeric elements of the ``c.m`` decoded ones of chunk ``c`` moved to its front
+    (``A``, ``E``, ``G``, ``S``, their positions in ``I``); the others' positions listed in
+    ``out.special`` (counted beyond its size). Returns how many are numeric."""
+    g, S, special, ints = block.g, block.S, out.special, out.ints
+    A, E, c0 = c.A, c.E, c.c0
+    q = 0
+    for k in range(c.m):
+        av = A[k]
+        gv = g[c0 + k]
+        if math.isfinite(av) and abs(gv) < overflow:
+            A[q] = av
+            E[q] = E[k]
+            c.G[q] = gv
+            c.S[q] = S[c0 + k] if c.has_S else 0.0
+            c.I[q] = c0 + k
+            q += 1
+        else:
+            if ints[INTS_AT.n_special] < special.size:
+                special[ints[INTS_AT.n_special]] = c0 + k
+            ints[INTS_AT.n_special] += 1
+    return q
 
 
 @njit(inline="always")
@@ -225,140 +245,184 @@ def _bin(ulps):
 
 
 @njit(nogil=True, error_model="numpy")
-def _chunk(A, E, G, Sx, m, has_S, mapped, I, c0, kind, flags, params, flat0, heat,
-           geom, st, ist, hist, top, elems, BAD, B):
-    """The ``m`` numeric elements ``A`` (decoded actual), ``G`` (exact golden), ``Sx`` (sums of
-    |terms|, when ``has_S``) of one chunk, at local flat index ``I[k]`` when ``mapped``, else
-    ``c0 + k``: adds to the sums and maxima ``st``, the counts ``ist``, the histogram, the top
-    rows, the extreme elements and the map. ``BAD`` and ``B`` are scratch."""
-    has_rule = flags[0] != 0
-    with_rtol = has_rule and flags[2] != 0
-    data = flags[3] != 0 and has_S
-    hard = has_rule and flags[4] != 0 and has_S
-    gate = has_rule and flags[5] != 0
-    evalb = flags[6] != 0 and has_S and (with_rtol or hard or gate)
-    copy = has_rule and flags[1] != 0
-    T, want_heat = flags[7], flags[8]
-    rtol, atol, c_sqrt_k, gamma, underflow = params[0], params[1], params[2], params[3], params[4]
-    slack, gamma_e, eval_uf = params[5], params[6], params[7]
-    sv, e_small = params[9], params[10]
-    mant = np.int64(params[11])
-    lowest = np.int64(params[12])
-    # badness: the rule's allowances combined into one: the largest of the ratios ad/t_i is
-    # ad/min(t_i), then min with ad/eb is ad/max(., eb) (correctly rounded division is
-    # monotonic in the divisor), so one division gives the reference's value exactly
-    if copy:
-        for k in range(m):
+def _chunk(c, flags, params, heat, out, hist):
+    """The ``c.m`` numeric elements of ``Chunk`` ``c``: their badness and histogram bins,
+    then the sums, counts and maxima in ``out.ints``/``out.floats``, the histogram ``hist``
+    (eight rows), the extreme elements, the top rows and the map."""
+    mant = np.int64(params.mant)
+    lowest = np.int64(params.lowest)
+    _badness(c, flags, params, mant, lowest)
+    if c.kind == 3:
+        for k in range(c.m):
+            gv = c.G[k]
+            c.B[k] = _bin(abs(c.A[k] - gv) / _spacing(gv, mant, lowest))
+    else:                               # 1 / spacing is a float64 too: multiply (same value)
+        for k in range(c.m):
+            gv = c.G[k]
+            c.B[k] = _bin(abs(c.A[k] - gv) * _inverse_spacing(gv, mant, lowest))
+    cbad = _add_chunk(c, params, out, hist, mant, lowest)
+    T = flags.top
+    if T > 0 and (out.ints[INTS_AT.n_top] < T or cbad >= out.top[T - 1, ELEMENT_AT.badness]):
+        _keep_top(c, T, out, mant, lowest)
+    if flags.heat:
+        _heat_add(c, heat)
+
+
+@njit(inline="always")
+def _badness(c, flags, params, mant, lowest):
+    """``c.BAD``: |a - g| over what the rule allows (> 1 fails), in the reference's order of
+    operations (``refspec.comparator.oracle.badness``); 0 without a rule."""
+    has_rule = flags.has_rule != 0
+    A, E, BAD = c.A, c.E, c.BAD
+    if has_rule and flags.bitwise != 0:          # a copy: bit-identical to the rounded golden
+        for k in range(c.m):
             av = A[k]
             ev = E[k]
-            gv = G[k]
+            gv = c.G[k]
             differ = (ev != av) | (math.copysign(1.0, ev) != math.copysign(1.0, av))
             ul = _spacing(gv, mant, lowest)
             ad = abs(av - gv)
             ulps = ad / ul
             BAD[k] = (1.0 + ulps + 0.0009765625) if differ else 0.0
     elif not has_rule:
-        for k in range(m):
+        for k in range(c.m):
             BAD[k] = 0.0
     else:
-        for k in range(m):
-            gv = G[k]
-            ad = abs(A[k] - gv)
-            agv = abs(gv)
-            ul = _spacing(gv, mant, lowest)
-            sx = Sx[k]
-            t = np.inf
-            at = max(atol, c_sqrt_k * sx) if data else atol
-            tol = agv * rtol
-            tol += at
-            t = tol if with_rtol else t
-            hb = sx * gamma
-            hb += 0.5 * ul
-            hb += underflow
-            t = (hb if hb < t else t) if hard else t
-            lim = agv * slack
-            lim += 0.5 * ul
-            t = (lim if lim < t else t) if gate else t
-            eb = sx * gamma_e
-            eb += 0.5 * ul
-            eb += eval_uf
-            t = (eb if eb > t else t) if evalb else t
-            BAD[k] = 0.0 if ad == 0.0 else ad / t
-        if flags[9] != 0:                # the rounded golden's own value passes
-            for k in range(m):
+        _tolerance_badness(c, flags, params, mant, lowest)
+        if flags.exempt_rounded != 0:            # the rounded golden's own value passes
+            for k in range(c.m):
                 av = A[k]
                 ev = E[k]
                 same = (ev == av) & (math.copysign(1.0, ev) == math.copysign(1.0, av))
                 BAD[k] = 0.0 if same else BAD[k]
-    if kind == 3:
-        for k in range(m):
-            gv = G[k]
-            B[k] = _bin(abs(A[k] - gv) / _spacing(gv, mant, lowest))
-    else:                               # 1 / spacing is a float64 too: multiply (same value)
-        for k in range(m):
-            gv = G[k]
-            B[k] = _bin(abs(A[k] - gv) * _inverse_spacing(gv, mant, lowest))
-    sums = np.empty(5)
-    mr = _sums(A, G, m, sv, sums)
-    counts = _counts(A, G, BAD, m, sv, e_small)
-    for q in range(5):
-        st[q] += sums[q]
-    ist[0] += m
-    ist[1] += counts[0]
-    ist[2] += counts[1]
-    ist[3] += counts[2]
-    ist[4] += m - counts[1]
-    cbad = _bits_f64(counts[3])
-    cad = _bits_f64(counts[4])
-    crel = _bits_f64(mr) if counts[1] < m else -1.0
-    csmall = _bits_f64(counts[5]) if counts[1] > 0 else -1.0
+
+
+@njit(inline="always")
+def _tolerance_badness(c, flags, params, mant, lowest):
+    """The rule's allowances combined into one: the largest of the ratios ad/t_i is
+    ad/min(t_i), then min with ad/eb is ad/max(., eb) (correctly rounded division is
+    monotonic in the divisor), so one division gives the reference's value exactly."""
+    has_S = c.has_S
+    with_rtol = flags.has_rtol != 0
+    data = flags.data_atol != 0 and has_S
+    hard = flags.hard_bound != 0 and has_S
+    gate = flags.rounding_gate != 0
+    evalb = flags.eval_bound != 0 and has_S and (with_rtol or hard or gate)
+    rtol, atol, c_sqrt_k = params.rtol, params.atol, params.c_sqrt_k
+    gamma, underflow, slack = params.gamma, params.underflow, params.gate_slack
+    gamma_e, eval_uf = params.gamma_e, params.eval_underflow
+    A, G, Sx, BAD = c.A, c.G, c.S, c.BAD
+    for k in range(c.m):
+        gv = G[k]
+        ad = abs(A[k] - gv)
+        agv = abs(gv)
+        ul = _spacing(gv, mant, lowest)
+        sx = Sx[k]
+        t = np.inf
+        at = max(atol, c_sqrt_k * sx) if data else atol
+        tol = agv * rtol
+        tol += at
+        t = tol if with_rtol else t
+        hb = sx * gamma
+        hb += 0.5 * ul
+        hb += underflow
+        t = (hb if hb < t else t) if hard else t
+        lim = agv * slack
+        lim += 0.5 * ul
+        t = (lim if lim < t else t) if gate else t
+        eb = sx * gamma_e
+        eb += 0.5 * ul
+        eb += eval_uf
+        t = (eb if eb > t else t) if evalb else t
+        BAD[k] = 0.0 if ad == 0.0 else ad / t
+
+
+@njit(inline="always")
+def _add_chunk(c, params, out, hist, mant, lowest):
+    """The chunk's sums, counts, histogram bins and maxima added to ``out`` (with the
+    elements of a new largest |d| and largest relative error); returns its largest badness."""
+    A, G, m = c.A, c.G, c.m
+    sv, e_small = params.sv, params.e_small
+    s_d2, s_ag, s_a2, s_g2, s_rel, mr = _sums(A, G, m, sv)
+    fails, n_small, small_err, mb, ma, ms = _counts(A, G, c.BAD, m, sv, e_small)
+    ints, floats = out.ints, out.floats
+    floats[FLOATS_AT.sum_d2] += s_d2
+    floats[FLOATS_AT.sum_ag] += s_ag
+    floats[FLOATS_AT.sum_a2] += s_a2
+    floats[FLOATS_AT.sum_g2] += s_g2
+    floats[FLOATS_AT.sum_rel] += s_rel
+    ints[INTS_AT.n_numeric] += m
+    ints[INTS_AT.failures] += fails
+    ints[INTS_AT.n_small] += n_small
+    ints[INTS_AT.small_errors] += small_err
+    ints[INTS_AT.n_rel] += m - n_small
+    cbad = _bits_f64(mb)
+    cad = _bits_f64(ma)
+    crel = _bits_f64(mr) if n_small < m else -1.0
+    csmall = _bits_f64(ms) if n_small > 0 else -1.0
     for k in range(m):                  # eight histograms: no wait on the last increment
-        hist[k & 7, B[k]] += 1
-    if cbad > st[5]:
-        st[5] = cbad
-    if csmall > st[9]:
-        st[9] = csmall
-    if cad > st[7]:                     # the first element with the chunk's largest |d|
-        st[7] = cad
+        hist[k & 7, c.B[k]] += 1
+    if cbad > floats[FLOATS_AT.max_badness]:
+        floats[FLOATS_AT.max_badness] = cbad
+    if csmall > floats[FLOATS_AT.max_abs_small]:
+        floats[FLOATS_AT.max_abs_small] = csmall
+    if cad > floats[FLOATS_AT.max_abs]:     # the first element with the chunk's largest |d|
+        floats[FLOATS_AT.max_abs] = cad
         k = 0
         while abs(A[k] - G[k]) != cad:
             k += 1
-        _element(elems, 0, k, mapped, I, c0, A, G, BAD, mant, lowest)
-    if crel > st[8]:
-        st[8] = crel
+        _element(out.elems, 0, k, c, mant, lowest)
+    if crel > floats[FLOATS_AT.max_rel]:
+        floats[FLOATS_AT.max_rel] = crel
         k = 0
         while abs(G[k]) < sv or abs(A[k] - G[k]) / abs(G[k]) != crel:
             k += 1
-        _element(elems, 1, k, mapped, I, c0, A, G, BAD, mant, lowest)
-    if T > 0 and (ist[6] < T or cbad >= top[T - 1, 5]):
-        for k in range(m):
-            bad = BAD[k]
-            ad = abs(A[k] - G[k])
-            nt = ist[6]
-            if nt < T or bad > top[T - 1, 5] or (bad == top[T - 1, 5] and ad > top[T - 1, 3]):
-                j = nt if nt < T else T - 1
-                while j > 0 and (bad > top[j - 1, 5] or (bad == top[j - 1, 5] and ad > top[j - 1, 3])):
-                    for c in range(6):
-                        top[j, c] = top[j - 1, c]
-                    j -= 1
-                _element(top, j, k, mapped, I, c0, A, G, BAD, mant, lowest)
-                if nt < T:
-                    ist[6] = nt + 1
-    if want_heat:
-        for k in range(m):
-            flat = flat0 + (I[k] if mapped else c0 + k)
-            row = (flat // geom[0]) % geom[1]
-            col = (flat // geom[2]) % geom[3]
-            v = min(BAD[k], 1e300)
-            if v > heat[row, col]:
-                heat[row, col] = v
+        _element(out.elems, 1, k, c, mant, lowest)
+    return cbad
+
+
+@njit(inline="always")
+def _keep_top(c, T, out, mant, lowest):
+    """The chunk's elements among the ``T`` worst rows of ``out.top`` (best first) under the
+    report's total order: badness, then |a - g| descending, then flat index ascending (an
+    earlier element stays ahead of an equal later one)."""
+    top, ints = out.top, out.ints
+    BAD_AT, AD_AT = ELEMENT_AT.badness, ELEMENT_AT.abs_err
+    for k in range(c.m):
+        bad = c.BAD[k]
+        ad = abs(c.A[k] - c.G[k])
+        nt = ints[INTS_AT.n_top]
+        if nt < T or bad > top[T - 1, BAD_AT] or (bad == top[T - 1, BAD_AT]
+                                                   and ad > top[T - 1, AD_AT]):
+            j = nt if nt < T else T - 1
+            while j > 0 and (bad > top[j - 1, BAD_AT] or (bad == top[j - 1, BAD_AT]
+                                                          and ad > top[j - 1, AD_AT])):
+                for col in range(top.shape[1]):
+                    top[j, col] = top[j - 1, col]
+                j -= 1
+            _element(top, j, k, c, mant, lowest)
+            if nt < T:
+                ints[INTS_AT.n_top] = nt + 1
+
+
+@njit(inline="always")
+def _heat_add(c, heat):
+    """The chunk's badness into the map: the largest per cell (capped at 1e300)."""
+    cells = heat.cells
+    for k in range(c.m):
+        flat = c.flat0 + (c.I[k] if c.mapped else c.c0 + k)
+        row = (flat // heat.row_stride) % heat.rows
+        col = (flat // heat.col_stride) % heat.cols
+        v = min(c.BAD[k], 1e300)
+        if v > cells[row, col]:
+            cells[row, col] = v
 
 
 @njit(nogil=True, error_model="numpy", fastmath={"reassoc"})
-def _sums(A, G, m, sv, out):
-    """sum d^2, a*g, a^2, g^2 and of the relative errors |d|/|g| of non-small elements into
-    ``out`` (the compiler may add them in any order: they agree with other orders to a few
-    roundings); returns the bit pattern of the largest relative error (exact)."""
+def _sums(A, G, m, sv):
+    """sum d^2, a*g, a^2, g^2 and of the relative errors |d|/|g| of non-small elements (the
+    compiler may add them in any order: they agree with other orders to a few roundings), and
+    the bit pattern of the largest relative error (exact)."""
     s0 = s1 = s2 = s3 = s4 = 0.0
     mr = 0
     for k in range(m):
@@ -374,12 +438,7 @@ def _sums(A, G, m, sv, out):
         s4 += r
         x = _f64_bits(r)
         mr = x if x > mr else mr
-    out[0] = s0
-    out[1] = s1
-    out[2] = s2
-    out[3] = s3
-    out[4] = s4
-    return mr
+    return s0, s1, s2, s3, s4, mr
 
 
 @njit(nogil=True, error_model="numpy")
@@ -404,26 +463,19 @@ def _counts(A, G, BAD, m, sv, e_small):
         ma = x if x > ma else ma
         x = _f64_bits(ad) if small else 0
         ms = x if x > ms else ms
-    out = np.empty(6, np.int64)
-    out[0] = fails
-    out[1] = n_small
-    out[2] = small_err
-    out[3] = mb
-    out[4] = ma
-    out[5] = ms
-    return out
+    return fails, n_small, small_err, mb, ma, ms
 
 
 @njit(inline="always")
-def _element(out, r, k, mapped, I, c0, A, G, BAD, mant, lowest):
-    """Row ``r`` of ``out``: element k of the chunk (``ELEMENT``)."""
-    av = A[k]
-    gv = G[k]
+def _element(rows, r, k, c, mant, lowest):
+    """Row ``r`` of ``rows``: element k of chunk ``c`` (``ELEMENT`` columns)."""
+    av = c.A[k]
+    gv = c.G[k]
     ad = abs(av - gv)
     ul = _spacing(gv, mant, lowest)
-    out[r, 0] = I[k] if mapped else c0 + k
-    out[r, 1] = av
-    out[r, 2] = gv
-    out[r, 3] = ad
-    out[r, 4] = ad / ul
-    out[r, 5] = BAD[k]
+    rows[r, ELEMENT_AT.flat] = c.I[k] if c.mapped else c.c0 + k
+    rows[r, ELEMENT_AT.actual] = av
+    rows[r, ELEMENT_AT.golden] = gv
+    rows[r, ELEMENT_AT.abs_err] = ad
+    rows[r, ELEMENT_AT.ulps] = ad / ul
+    rows[r, ELEMENT_AT.badness] = c.BAD[k]

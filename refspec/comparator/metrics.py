@@ -10,11 +10,13 @@ the top-k worst elements and, if asked, a 2-D error map, so memory does not grow
 from __future__ import annotations
 
 import math
+from collections import namedtuple
 from dataclasses import dataclass, field
+from math import prod
 
 import numpy as np
 
-__all__ = ["Accumulator", "Metrics", "Element", "FusedBlock", "ULP_BIN_EXPONENTS",
+__all__ = ["Accumulator", "Metrics", "Element", "FusedBlock", "Counts", "Sums", "ULP_BIN_EXPONENTS",
            "ulp_bin_labels", "product_sums", "top_order", "cosine"]
 
 #: ulp histogram bins: exact 0, then (2^(k-1), 2^k] for k = -1 .. 20, then > 2^20
@@ -24,10 +26,20 @@ NBINS = len(ULP_BIN_EXPONENTS) + 2
 # The layout of the fused pass's results (refspec.comparator.fused), which FusedBlock holds:
 #: positions in the int64 ``ints`` result
 INTS = ("n_numeric", "failures", "n_small", "small_errors", "n_rel", "n_special", "n_top")
-#: positions in the float64 ``floats`` result
-FLOATS = ("max_badness", "max_abs_small", "sum_d2", "sum_ag", "sum_a2", "sum_g2", "sum_rel")
+#: positions in the float64 ``floats`` result (max_abs and max_rel: the pass's running maxima,
+#: -1 before the first numeric element; their elements are the rows of ``elems``)
+FLOATS = ("max_badness", "max_abs_small", "sum_d2", "sum_ag", "sum_a2", "sum_g2", "sum_rel",
+          "max_abs", "max_rel")
 #: columns of an element row: (local flat index, actual, golden, |a - g|, ulps, badness)
 ELEMENT = ("flat", "actual", "golden", "abs_err", "ulps", "badness")
+#: the ``ints`` and ``floats`` of a block by name
+Counts = namedtuple("Counts", INTS)
+Sums = namedtuple("Sums", FLOATS)
+#: the position of each name in ``ints``, ``floats`` and an element row (the compiled pass
+#: indexes its arrays by these)
+INTS_AT = Counts(*range(len(INTS)))
+FLOATS_AT = Sums(*range(len(FLOATS)))
+ELEMENT_AT = namedtuple("ElementAt", ELEMENT)(*range(len(ELEMENT)))
 
 
 def ulp_bin_labels() -> list[str]:
@@ -162,6 +174,12 @@ class FusedBlock:
         self.special_values = None
         self.arrays = None
 
+    def counts(self) -> Counts:
+        return Counts._make(self.ints.tolist())
+
+    def sums(self) -> Sums:
+        return Sums._make(self.floats.tolist())
+
 
 class Accumulator:
     """Streaming metrics of one output. ``small`` is (SV, E); ``top`` the number of worst
@@ -180,6 +198,19 @@ class Accumulator:
             shape, i, j = heat
             self._heat_shape, self._hi, self._hj = shape, i, j
             self._heat = np.zeros((shape[i], shape[j]) if j is not None else (1, shape[i]))
+
+    def heat_geometry(self):
+        """The 2-D map and how a flat index finds its cell: (cells, row stride, rows, column
+        stride, columns) with rows along axis i and columns along axis j (one row for one
+        axis); None when no map is kept."""
+        if self._heat is None:
+            return None
+        shape = self._heat_shape
+        strides = [prod(shape[i + 1:]) for i in range(len(shape))]
+        if self._hj is None:
+            return (self._heat, 1, 1, strides[self._hi], shape[self._hi])
+        return (self._heat, strides[self._hi], shape[self._hi], strides[self._hj],
+                shape[self._hj])
 
     # -- numeric elements ------------------------------------------------------------------
     def add_numeric(self, flat0: int, where: np.ndarray | None, a: np.ndarray, g: np.ndarray,
@@ -205,7 +236,7 @@ class Accumulator:
         if ns < n:
             big = ~small if ns else slice(None)
             rel = ad[big] / ag[big]
-            self._add_rel(rel, big, ns, flat0, where, a, g, ad, ulps, bad)
+            self._add_rel(rel, big, ns, flat0, where, (a, g, ad, ulps, bad))
         self._hist(ulps)
         self._keep_worst(flat0, where, a, g, ad, ulps, bad, bmax)
         if self._heat is not None:
@@ -216,40 +247,44 @@ class Accumulator:
         counts, maxima (first occurrence in flat order), histogram and worst elements as
         ``add_numeric`` over the block's steps; the float sums to a few roundings."""
         m = self.m
-        n_num, fails, n_small, small_err, n_rel, _, n_top = out.ints.tolist()
-        max_bad, max_small, d2, ag, a2, g2, s_rel = out.floats.tolist()
-        if n_num == 0:
+        c, f = out.counts(), out.sums()
+        if c.n_numeric == 0:
             return
-        m.n_numeric += n_num
-        m.failures += fails
-        if max_bad > m.max_badness:
-            m.max_badness = max_bad
-        row = out.elems[0]
-        if m.max_abs is None or row[3] > m.max_abs.abs_err:
-            m.max_abs = _row_element(out.flat0, row)
-        self._sum_d2 += d2
-        self._sum_ag += ag
-        self._sum_a2 += a2
-        self._sum_g2 += g2
-        if n_small:
-            m.n_small += n_small
-            m.small_errors += small_err
-            m.max_abs_small = max_small if m.max_abs_small is None else max(m.max_abs_small,
-                                                                            max_small)
-        if n_rel:
-            self._sum_rel += s_rel
-            self._n_rel += n_rel
-            row = out.elems[1]
-            rel = float(row[3]) / abs(float(row[2]))
-            if m.max_rel is None or rel > m.max_rel:
-                m.max_rel = rel
-                m.max_rel_at = _row_element(out.flat0, row)
+        m.n_numeric += c.n_numeric
+        m.failures += c.failures
+        if f.max_badness > m.max_badness:
+            m.max_badness = f.max_badness
+        largest = _row_element(out.flat0, out.elems[0])
+        if m.max_abs is None or largest.abs_err > m.max_abs.abs_err:
+            m.max_abs = largest
+        self._sum_d2 += f.sum_d2
+        self._sum_ag += f.sum_ag
+        self._sum_a2 += f.sum_a2
+        self._sum_g2 += f.sum_g2
+        if c.n_small:
+            m.n_small += c.n_small
+            m.small_errors += c.small_errors
+            m.max_abs_small = (f.max_abs_small if m.max_abs_small is None
+                               else max(m.max_abs_small, f.max_abs_small))
+        if c.n_rel:
+            self._add_fused_rel(out, f.sum_rel, c.n_rel)
         h = m.ulp_hist
-        for b, c in enumerate(out.hist.tolist()):
-            h[b] += c
-        if self.top > 0 and n_top:
-            self._cand.extend(_row_element(out.flat0, r) for r in out.top[:n_top])
+        for b, n in enumerate(out.hist.tolist()):
+            h[b] += n
+        if self.top > 0 and c.n_top:
+            self._cand.extend(_row_element(out.flat0, r) for r in out.top[:c.n_top])
             self._trim()
+
+    def _add_fused_rel(self, out: FusedBlock, sum_rel: float, n_rel: int) -> None:
+        """The relative errors of a fused block: their sum and the largest with its element."""
+        m = self.m
+        self._sum_rel += sum_rel
+        self._n_rel += n_rel
+        at = _row_element(out.flat0, out.elems[1])
+        rel = at.abs_err / abs(at.golden)
+        if m.max_rel is None or rel > m.max_rel:
+            m.max_rel = rel
+            m.max_rel_at = at
 
     def add_special(self, flat0: int, where: np.ndarray, a: np.ndarray, g: np.ndarray,
                     matched: np.ndarray, nan_mismatch: np.ndarray) -> None:
@@ -285,9 +320,10 @@ class Accumulator:
         self._sum_a2 += a2
         self._sum_g2 += g2
 
-    def _add_rel(self, rel, big, ns, flat0, where, a, g, ad, ulps, bad) -> None:
+    def _add_rel(self, rel, big, ns, flat0, where, arrays) -> None:
         """Relative errors of the non-small elements (``big`` their mask when ``ns`` > 0):
-        their sum for the mean and the largest with its element."""
+        their sum for the mean and the largest with its element (``arrays``: a, g, ad, ulps,
+        bad of the step, as ``add_numeric`` has them)."""
         m = self.m
         self._sum_rel += float(rel.sum())
         self._n_rel += rel.size
@@ -295,7 +331,7 @@ class Accumulator:
         if m.max_rel is None or rel[k] > m.max_rel:
             m.max_rel = float(rel[k])
             pos = np.flatnonzero(big)[k] if ns else k
-            m.max_rel_at = self._element(flat0, where, pos, a, g, ad, ulps, bad)
+            m.max_rel_at = self._element(flat0, where, pos, *arrays)
 
     def _add_small(self, ad, small) -> int:
         """Small-value counts (|g| < SV) and their errors; returns how many are small."""

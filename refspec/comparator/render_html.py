@@ -168,11 +168,36 @@ def _worst_table(r, e) -> str:
 
 
 def render_html(report) -> str:
+    """The self-contained HTML page of a report: the header, the outputs that did not pass,
+    the passes by operator and output, the cases not run, then a section per failing output
+    (its worst elements, heat map and ulp histogram)."""
     e = html.escape
     plt = _pyplot()
     ordered = report.ordered()
     failing = [r for r in ordered if r.status != "pass"]
     passing = [r for r in ordered if r.status == "pass"]
+    out = _header(report, e, plt)
+    patterns = report.pattern_lines()
+    if patterns:
+        out.append("<h2>Patterns across cases</h2><ul>"
+                   + "".join(f"<li>{e(p.removeprefix('pattern: '))}</li>" for p in patterns)
+                   + "</ul>")
+    if failing:
+        out.append(f"<h2>Not passed ({len(failing)})</h2>")
+        out += _table(failing, e, link=True)
+    out += _passed(report, passing, e)
+    out += _not_run(report, e)
+    pictures = 0
+    for r in failing:
+        out += _failing_section(r, e, plt if pictures < MAX_PICTURES else None)
+        if plt is not None and r.metrics is not None and pictures < MAX_PICTURES:
+            pictures += 1
+    out.append("</body></html>\n")
+    return "\n".join(out)
+
+
+def _header(report, e, plt) -> list[str]:
+    """The page's head, the total line, the files, the slowest cases, the matplotlib note."""
     out = ["<!DOCTYPE html><html><head><meta charset='utf-8'>",
            "<meta name='viewport' content='width=device-width'>",
            f"<title>refspec compare: {e(report.summary_line())}</title>",
@@ -188,61 +213,65 @@ def render_html(report) -> str:
     if plt is None:
         out.append("<p><b>matplotlib is not installed: the pictures are left out</b> "
                    "(pip install matplotlib, or the refspec[html] extra).</p>")
-    patterns = report.pattern_lines()
-    if patterns:
-        out.append("<h2>Patterns across cases</h2><ul>"
-                   + "".join(f"<li>{e(p.removeprefix('pattern: '))}</li>" for p in patterns)
-                   + "</ul>")
-    if failing:
-        out.append(f"<h2>Not passed ({len(failing)})</h2>")
-        out += _table(failing, e, link=True)
+    return out
+
+
+def _passed(report, passing, e) -> list[str]:
+    """The passes grouped by operator and output (with the closest call), then every one."""
     groups = pass_groups(report)
-    if groups:
-        out.append(f"<h2>Passed ({len(passing)})</h2><table><tr><th>operator</th><th>output</th>"
-                   "<th class='num'>outputs</th><th>dtypes</th><th>closest call</th></tr>")
-        for g in groups:
-            w = g["worst"]
-            closest = (f"{w.metrics.max_badness:.3g} of the allowed error in {w.case_id}"
-                       if w is not None and w.metrics is not None else "")
-            out.append(f"<tr class='pass'><td>{e(g['op'])}</td><td>{e(g['output'])}</td>"
-                       f"<td class='num'>{g['count']}</td><td>{e(', '.join(g['dtypes']))}</td>"
-                       f"<td>{e(closest)}</td></tr>")
-        out.append("</table>")
-        out.append(f"<details><summary>every passing output ({len(passing)})</summary>")
-        out += _table(passing, e, link=False)
-        out.append("</details>")
-    if report.not_run:
-        out.append(f"<h2>Not run ({len(report.not_run)} cases)</h2><p>No output and no status "
-                   + f"({e(report.not_run_effect())})"
-                   + "</p><ul>" + "".join(f"<li>{e(op)}: {n} ({e(report.not_run_reason(op))})</li>"
-                                          for op, n in report.not_run_by_op().items()) + "</ul>")
-        out.append("<details><summary>case ids</summary><div class='msg'>"
-                   + "<br>".join(e(n.case_id) for n in report.not_run) + "</div></details>")
-    pictures = 0
-    for r in failing:
-        out.append(f"<section id='r{id(r)}'><h3>{e(r.case_id)} : {e(r.output)} "
-                   f"&mdash; {e(r.label)}</h3>")
-        out.append(f"<p class='msg'>{e(r.message)}</p><p>{e(r.reason)}</p>")
-        if r.diagnosis:
-            out.append("<p>diagnosis:</p><ol class='diagnosis'>" + "".join(
-                f"<li><b>{e(f.kind)}</b>: {e(f.summary)}</li>" for f in r.diagnosis) + "</ol>")
-        if r.hint:
-            out.append(f"<p>hint: {e(r.hint)}</p>")
-        if r.rule:
-            out.append(f"<p>rule: {e(r.rule)}</p>")
-        if r.regenerate:
-            out.append(f"<p>regenerate: <code>{e(r.regenerate)}</code></p>")
-        m = r.metrics
-        if m is not None and m.worst:
-            out.append("<p>worst elements:</p>" + _worst_table(r, e))
-        if plt is not None and m is not None and pictures < MAX_PICTURES:
-            for img in (_heatmap(r, plt), _histogram(r, plt)):
-                if img:
-                    out.append(f"<img alt='{e(r.output)}' src='data:image/png;base64,{img}'>")
-            pictures += 1
-        out.append("</section>")
-    out.append("</body></html>\n")
-    return "\n".join(out)
+    if not groups:
+        return []
+    out = [f"<h2>Passed ({len(passing)})</h2><table><tr><th>operator</th><th>output</th>"
+           "<th class='num'>outputs</th><th>dtypes</th><th>closest call</th></tr>"]
+    for g in groups:
+        w = g["worst"]
+        closest = (f"{w.metrics.max_badness:.3g} of the allowed error in {w.case_id}"
+                   if w is not None and w.metrics is not None else "")
+        out.append(f"<tr class='pass'><td>{e(g['op'])}</td><td>{e(g['output'])}</td>"
+                   f"<td class='num'>{g['count']}</td><td>{e(', '.join(g['dtypes']))}</td>"
+                   f"<td>{e(closest)}</td></tr>")
+    out.append("</table>")
+    out.append(f"<details><summary>every passing output ({len(passing)})</summary>")
+    out += _table(passing, e, link=False)
+    out.append("</details>")
+    return out
+
+
+def _not_run(report, e) -> list[str]:
+    """The cases not run, by operator, and their ids."""
+    if not report.not_run:
+        return []
+    return [f"<h2>Not run ({len(report.not_run)} cases)</h2><p>No output and no status "
+            + f"({e(report.not_run_effect())})"
+            + "</p><ul>" + "".join(f"<li>{e(op)}: {n} ({e(report.not_run_reason(op))})</li>"
+                                   for op, n in report.not_run_by_op().items()) + "</ul>",
+            "<details><summary>case ids</summary><div class='msg'>"
+            + "<br>".join(e(n.case_id) for n in report.not_run) + "</div></details>"]
+
+
+def _failing_section(r, e, plt) -> list[str]:
+    """The section of an output that did not pass; its pictures when ``plt`` is given."""
+    out = [f"<section id='r{id(r)}'><h3>{e(r.case_id)} : {e(r.output)} "
+           f"&mdash; {e(r.label)}</h3>",
+           f"<p class='msg'>{e(r.message)}</p><p>{e(r.reason)}</p>"]
+    if r.diagnosis:
+        out.append("<p>diagnosis:</p><ol class='diagnosis'>" + "".join(
+            f"<li><b>{e(f.kind)}</b>: {e(f.summary)}</li>" for f in r.diagnosis) + "</ol>")
+    if r.hint:
+        out.append(f"<p>hint: {e(r.hint)}</p>")
+    if r.rule:
+        out.append(f"<p>rule: {e(r.rule)}</p>")
+    if r.regenerate:
+        out.append(f"<p>regenerate: <code>{e(r.regenerate)}</code></p>")
+    m = r.metrics
+    if m is not None and m.worst:
+        out.append("<p>worst elements:</p>" + _worst_table(r, e))
+    if plt is not None and m is not None:
+        for img in (_heatmap(r, plt), _histogram(r, plt)):
+            if img:
+                out.append(f"<img alt='{e(r.output)}' src='data:image/png;base64,{img}'>")
+    out.append("</section>")
+    return out
 
 
 def write_html(report, path) -> None:

@@ -6,24 +6,24 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-
-import numpy as np
+from dataclasses import replace
 
 from .. import goldens
-from ..goldens.selection import operator_ids, profiles, select_ids
+from ..goldens.selection import operator_ids, select_ids
 from ..goldens.format import UnknownCaseError
 from ..spec.errors import one_line
 from .actuals import H5Source, MemorySource, NpzSource, Problem, TreeSource, ActualSource
 from .benchmark import BenchmarkUnavailable, float32_benchmark, unattainable
-from .diagnosis import diagnose_output
-from .judge import JudgeOptions, golden_output_info, judge_output
-from ..inputs.output_map import Mapping, load_mapping
+from .golden_output import golden_output
+from .judge import JudgedOutput, judge
+from ..inputs.output_map import Mapping
 from .dump_source import MsprobeSource, is_msprobe_dir
 from .naming import context_of
 from .report import STATUS_ROW, NotRun, OutputResult, Report
-from .standards import RATIO_LEVELS, STANDARD_NAMES, resolve_rule
+from .options import CompareOptions, CompareUsageError
+from .standards import resolve_rule
 
-__all__ = ["compare", "open_source", "CompareUsageError", "MAX_THREADS",
+__all__ = ["compare", "compare_with", "open_source", "CompareUsageError", "MAX_THREADS",
            "UNKNOWN_CODE"]
 
 #: the status of a case the kernel rejected without an aclnn code (an exception without one)
@@ -32,10 +32,6 @@ UNKNOWN_CODE = -1
 #: threads that judge the blocks of one output side by side (at most the CPUs this process
 #: may use)
 MAX_THREADS = 4
-
-
-class CompareUsageError(ValueError):
-    """Arguments that cannot work (unknown standard, unusable actual path, bad mapping)."""
 
 
 def open_source(actual, mapping: Mapping | None = None) -> ActualSource:
@@ -132,60 +128,66 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
     Input problems become per-output statuses; ``CompareUsageError`` and
     ``refspec.goldens.GoldenFileError`` are raised for unusable arguments.
     """
-    if standard not in STANDARD_NAMES:
-        raise CompareUsageError(f"unknown standard {standard!r}; allowed: {', '.join(STANDARD_NAMES)}")
-    if standard == "ratio" and (rtol is not None or atol is not None):
-        raise CompareUsageError("--rtol/--atol do not apply to the ratio standard (it judges "
-                                "error ratios against a benchmark)")
-    if ratio_level is not None and ratio_level not in RATIO_LEVELS:
-        raise CompareUsageError(f"unknown ratio level {ratio_level!r}; allowed: {', '.join(RATIO_LEVELS)}")
-    for name, v in (("rtol", rtol), ("atol", atol)):
-        if v is not None and not (v >= 0 and np.isfinite(v)):
-            raise CompareUsageError(f"{name} must be a finite number >= 0, got {v!r}")
-    try:
-        operator_ids(operators)
-        socs = profiles(socs)
-    except ValueError as exc:
-        raise CompareUsageError(str(exc)) from None
-    if mapping is not None and not isinstance(mapping, Mapping):
-        mapping = load_mapping(mapping)
-    if isinstance(cases, str):
-        cases = [cases]
+    options = CompareOptions(standard=standard, rtol=rtol, atol=atol, saturation=saturation,
+                             top=top, ratio_level=ratio_level, heatmap_axes=heatmap_axes,
+                             heatmaps=heatmaps, fast=fast, cases=cases, mapping=mapping,
+                             status=status, only_present=only_present, operators=operators,
+                             case_ids=case_ids, jobs=jobs, scheduler=scheduler, socs=socs,
+                             diagnose=diagnose)
+    return compare_with(golden, actual, options, progress)
+
+
+def compare_with(golden, actual, options: CompareOptions, progress=None) -> Report:
+    """``compare`` with its options as one ``CompareOptions`` (as ``refspec compare`` and
+    ``refspec run`` build them); ``progress(done, total, case_id)`` after each case."""
+    options = options.checked()
     t0 = time.perf_counter()
-    if jobs > 1 or scheduler:
-        return _compare_in_parts(golden, actual, cases, operators, jobs, scheduler, progress, t0,
-                                 dict(standard=standard, rtol=rtol, atol=atol,
-                                      saturation=saturation, mapping=mapping, top=top,
-                                      ratio_level=ratio_level, heatmaps=heatmaps,
-                                      heatmap_axes=heatmap_axes, fast=fast, status=status,
-                                      only_present=only_present, socs=socs,
-                                      diagnose=diagnose))
-    source = open_source(actual, mapping)
+    if options.jobs > 1 or options.scheduler:
+        return _compare_in_parts(golden, actual, options, progress, t0)
+    source = open_source(actual, options.mapping)
     try:
-        label, case_iter, n_cases, close = _cases(golden, cases, operators, case_ids, socs)
+        label, case_iter, n_cases, close = _cases(golden, options.cases, options.operators,
+                                                  options.case_ids, options.socs)
     except BaseException:
         source.close()
         raise
     try:
-        statuses = _statuses(status, n_cases)
-        if isinstance(actual, dict) and n_cases > 1 and actual and not any(
-                isinstance(v, dict) for v in actual.values()):
-            raise CompareUsageError(
-                f"the arrays ({', '.join(map(str, actual))}) are the outputs of one case, and "
-                f"{n_cases} cases are selected: say which with case=ID (cases= in compare), or "
-                "give {case_id: {output: array}}")
+        statuses = _statuses(options.status, n_cases)
+        _check_arrays_of_one_case(actual, n_cases)
     except BaseException:
         close()
         raise
-    overrides = {k: v for k, v in (("rtol", rtol), ("atol", atol)) if v is not None}
-    report = Report(golden=label, actual=getattr(source, "path", str(actual)), standard=standard,
-                    overrides=overrides, saturation=saturation, only_present=only_present)
-    threads = min(len(os.sched_getaffinity(0)), MAX_THREADS) if fast else 1
+    report = Report(golden=label, actual=getattr(source, "path", str(actual)),
+                    standard=options.standard, overrides=options.overrides,
+                    saturation=options.saturation, only_present=options.only_present)
+    try:
+        _judge_cases(case_iter, n_cases, source, statuses, options, report, progress)
+    finally:
+        close()
+        source.close()
+    report.timings = dict(source.timings)
+    report.elapsed = time.perf_counter() - t0
+    return report
+
+
+def _check_arrays_of_one_case(actual, n_cases) -> None:
+    """A dict of arrays ``{output: array}`` is one case's outputs: more cases are ambiguous."""
+    if isinstance(actual, dict) and n_cases > 1 and actual and not any(
+            isinstance(v, dict) for v in actual.values()):
+        raise CompareUsageError(
+            f"the arrays ({', '.join(map(str, actual))}) are the outputs of one case, and "
+            f"{n_cases} cases are selected: say which with case=ID (cases= in compare), or "
+            "give {case_id: {output: array}}")
+
+
+def _judge_cases(case_iter, n_cases, source, statuses, options, report, progress) -> None:
+    """Each case in turn: its status, then its outputs (blocks side by side in a thread pool
+    of at most ``MAX_THREADS``, for the fused pass)."""
+    threads = min(len(os.sched_getaffinity(0)), MAX_THREADS) if options.fast else 1
     pool = ThreadPoolExecutor(threads, thread_name_prefix="refspec-compare") if threads > 1 \
         else None
-    opts = JudgeOptions(standard, rtol, atol, saturation, top, ratio_level, heatmap_axes, heatmaps,
-                        fast=fast, pool=pool, diagnose=diagnose)
-    unjudged = None if socs is not None and None in socs else []   # math-only statuses
+    opts = replace(options, pool=pool)
+    unjudged = None if options.socs is not None and None in options.socs else []  # math-only
     try:
         for i, case in enumerate(case_iter):
             source.single_case = case.case_id if n_cases == 1 else None
@@ -201,23 +203,18 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
     finally:
         if pool is not None:
             pool.shutdown()
-        close()
-        source.close()
     if unjudged:
         report.notes.append(_math_only_note(unjudged))
-    report.timings = dict(source.timings)
-    report.elapsed = time.perf_counter() - t0
-    return report
 
 
 def _compare_part(task) -> Report:
     """One group of cases judged in a worker process (or on a Dask worker)."""
     golden, actual, ids, options = task
-    return compare(golden, actual, case_ids=ids, **options)
+    return compare_with(golden, actual, replace(options, case_ids=ids, cases=None,
+                                                operators=None, jobs=1, scheduler=None))
 
 
-def _compare_in_parts(golden, actual, selectors, operators, jobs, scheduler, progress, t0,
-                      options) -> Report:
+def _compare_in_parts(golden, actual, options, progress, t0) -> Report:
     """compare() with groups of cases of about equal size judged side by side; the parts'
     reports are joined in the order of the selection."""
     from ..goldens import executors
@@ -228,10 +225,11 @@ def _compare_in_parts(golden, actual, selectors, operators, jobs, scheduler, pro
                                 "implementation), which each worker opens itself")
     golden = os.fspath(golden)
     actual = os.fspath(actual) if isinstance(actual, os.PathLike) else actual
-    open_source(actual, options["mapping"]).close()        # usage errors before any work
+    open_source(actual, options.mapping).close()        # usage errors before any work
     with goldens.open(golden) as gf:
-        ids = select_ids(gf, selectors, operators, options["socs"])
+        ids = select_ids(gf, options.cases, options.operators, options.socs)
         size = {r.case_id: r.data_bytes for r in gf.summary()}
+    jobs, scheduler = options.jobs, options.scheduler
     workers = executors.worker_count(scheduler) if scheduler else jobs
     groups = executors.balance([size.get(i, 0) + CASE_BYTES for i in ids], 4 * workers)
     tasks = [(golden, actual, [ids[i] for i in g], options) for g in groups]
@@ -292,7 +290,7 @@ def _statuses(status, n_cases):
 def _status_row(case, status, reason, message="", code=None) -> OutputResult:
     return OutputResult(case.case_id, case.op, STATUS_ROW, context_of(case.op, case.params),
                         regenerate=getattr(case, "regenerate", "") or "", status=status,
-                        reason=reason, message=message, rule=(
+                        reason=reason, message=message, params=dict(case.params), rule=(
                             f"the kernel returns aclnn {case.expected_error}"
                             if case.expected_error is not None else "the kernel returns 0"))
 
@@ -399,34 +397,23 @@ def _rejected(case, code, said: str, called: bool, context: str) -> OutputResult
                                                  + (f" ({said})" if said else ""))
 
 
-def _judge_case(case, source, opts: JudgeOptions, report: Report, has_status: bool) -> None:
+def _judge_case(case, source, opts: CompareOptions, report: Report, has_status: bool) -> None:
+    """Each output of a case that ran: looked up, its rule resolved, judged (``judge``); a
+    failing one checked against what a kernel's own arithmetic can attain."""
     context = context_of(case.op, case.params)
-    lookups, infos = {}, {}
-    for name in case.output_names:
-        try:
-            info = infos[name] = golden_output_info(case, name)
-            lookups[name] = source.lookup(case.case_id, case.op, name, info["dtype"],
-                                          info["shape"])
-        except Exception as exc:  # a reader bug must not end the run
-            lookups[name] = Problem("unreadable", f"{one_line(exc)}")
+    goldens_, lookups = _lookups(case, source)
     if lookups and not has_status and all(isinstance(v, Problem) and v.status == "missing"
                                           for v in lookups.values()):
         report.not_run.append(NotRun(case.case_id, case.op, source.not_run_reason(case.case_id)
                                      or "no output and no status"))
         return
-    bench, bench_error, beyond = None, None, None
-    if opts.standard == "ratio":
-        try:
-            bench = float32_benchmark(case)
-        except BenchmarkUnavailable as exc:
-            bench_error = str(exc)
-        except Exception as exc:  # inputs the spec rejects, and the like
-            bench_error = f"benchmark failed: {one_line(exc)}"
+    bench, bench_error = _ratio_benchmark(case, opts)
+    beyond = None
     for name in case.output_names:
         try:
-            info = infos.get(name) or golden_output_info(case, name)
-            rule = resolve_rule(opts.standard, info["dtype_name"], info["cls"], info["K"],
-                                rtol=opts.rtol, atol=opts.atol, op=case.op,
+            golden = goldens_.get(name) or golden_output(case, name)
+            rule = resolve_rule(opts.standard, golden.dtype_name, golden.comparison_class,
+                                golden.K, rtol=opts.rtol, atol=opts.atol, op=case.op,
                                 ratio_level=opts.ratio_level)
         except Exception as exc:
             report.results.append(OutputResult(case.case_id, case.op, name, context,
@@ -436,17 +423,38 @@ def _judge_case(case, source, opts: JudgeOptions, report: Report, has_status: bo
         if bench_error is not None:
             report.results.append(OutputResult(case.case_id, case.op, name, context,
                                                regenerate=case.regenerate,
-                                               comparison_class=info["cls"], dtype=info["dtype_name"],
-                                               shape=info["shape"], axes=info["axes"],
-                                               rule=rule.describe())
+                                               comparison_class=golden.comparison_class,
+                                               dtype=golden.dtype_name, shape=golden.shape,
+                                               axes=golden.axes, rule=rule.describe())
                                   .problem("error", bench_error))
             continue
-        actual = lookups[name]
-        res = judge_output(case, name, actual, rule, opts, context,
-                           None if bench is None else bench.get(name), None, info)
-        res.params = dict(case.params)
-        if res.status == "fail" and opts.diagnose:
-            res.diagnosis = diagnose_output(case, name, actual, rule, info)
+        res = judge(JudgedOutput(case, golden, lookups[name], rule, opts,
+                                 None if bench is None else bench.get(name)), context)
         if res.status == "fail":
             beyond = _beyond_arithmetic(res, case, beyond)
         report.results.append(res)
+
+
+def _lookups(case, source) -> tuple[dict, dict]:
+    """The golden outputs of a case and the actual of each (an ActualArray or a Problem)."""
+    goldens_, lookups = {}, {}
+    for name in case.output_names:
+        try:
+            golden = goldens_[name] = golden_output(case, name)
+            lookups[name] = source.lookup(case.case_id, case.op, name, golden.dtype,
+                                          golden.shape)
+        except Exception as exc:  # a reader bug must not end the run
+            lookups[name] = Problem("unreadable", f"{one_line(exc)}")
+    return goldens_, lookups
+
+
+def _ratio_benchmark(case, opts: CompareOptions) -> tuple[dict | None, str | None]:
+    """The ratio standard's float32 benchmark of a case, or why there is none."""
+    if opts.standard != "ratio":
+        return None, None
+    try:
+        return float32_benchmark(case), None
+    except BenchmarkUnavailable as exc:
+        return None, str(exc)
+    except Exception as exc:  # inputs the spec rejects, and the like
+        return None, f"benchmark failed: {one_line(exc)}"
