@@ -94,7 +94,7 @@ def judge(golden, source, *, cases, standard, rtol, atol, saturation, ratio_leve
     from ..comparator import CompareUsageError, MappingError, compare
     from ..comparator.frameworks import FrameworkError
     from ..comparator.implementation import ImplementationError
-    from ..comparator.render_text import render_text
+    from ..comparator.render_text import render_text, terminal_width
     from ..goldens.executors import SchedulerUnavailable, WorkerLost, scheduler_address
 
     for path, flag in ((json_path, "--json"), (junit_path, "--junit"), (html_path, "--html")):
@@ -117,7 +117,8 @@ def judge(golden, source, *, cases, standard, rtol, atol, saturation, ratio_leve
     except WorkerLost as exc:
         raise CliError(f"{exc}; nothing was written (--jobs 1 judges in this process and shows "
                        "the cause)") from None
-    click.echo(render_text(report, verbose=verbose, failures_only=failures_only))
+    click.echo(render_text(report, width=terminal_width(), verbose=verbose,
+                           failures_only=failures_only))
     if json_path:
         from ..comparator.render_json import write_json
         write_json(report, json_path)
