@@ -103,7 +103,7 @@ def heatmap_svg(heat: np.ndarray, title: str, ylabel: str, xlabel: str, uid: str
             _ring(img, (y + 0.5) * sy, (x + 0.5) * sx, radius)
     h, w = img.shape[:2]
     left, top, bar = 56, 30, 16
-    width, height = left + w + 24 + bar + 56, top + h + 48
+    width, height = left + w + 24 + bar + 60, top + h + 48
     out = [f"<svg class='pic' xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {width} {height}' "
            f"width='{width}' height='{height}' font-family='sans-serif'>",
            _text(left + w / 2, 16, f"{title} ({int((heat > 1.0).sum())} failing cells)", size=12),
@@ -130,8 +130,8 @@ def heatmap_svg(heat: np.ndarray, title: str, ylabel: str, xlabel: str, uid: str
                "stroke='#444'/>")
     for k, label in enumerate(("1", "0.1", "0.01", "0.001")):
         out.append(_text(bx + bar + 4, top + k * h / 3 + 4, label, anchor="start", size=10))
-    out.append(_text(bx + bar + 44, top + h / 2, "error / allowed (red: fails)", size=10,
-                     extra=f" transform='rotate(90 {bx + bar + 44} {top + h / 2:.1f})'"))
+    out.append(_text(bx + bar + 48, top + h / 2, "error / allowed (red: fails)", size=10,
+                     extra=f" transform='rotate(90 {bx + bar + 48} {top + h / 2:.1f})'"))
     out.append("</svg>")
     return "".join(out)
 
@@ -141,7 +141,7 @@ def histogram_svg(counts: list[int], labels: list[str], title: str, xlabel: str)
     n = len(counts)
     bw, left, top, h = 24, 56, 30, 240
     w = bw * n
-    width, height = left + w + 16, top + h + 110
+    width, height = left + w + 16, top + h + 96
     top_log = math.log10(1 + max(max(counts), 1))
     out = [f"<svg class='pic' xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {width} {height}' "
            f"width='{width}' height='{height}' font-family='sans-serif'>",
