@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 __all__ = ["pytest_addoption", "pytest_collection_modifyitems", "RefspecGoldenFile",
-           "RefspecCase"]
+           "RefspecCase", "failure_text"]
 
 
 def pytest_addoption(parser):
@@ -107,6 +107,25 @@ class RefspecGoldenFile(pytest.File):
             yield RefspecCase.from_parent(self, name=case_id, golden=gf)
 
 
+def failure_text(report) -> str:
+    """The message of a case that did not pass: each failing row's message and, when the message
+    does not already say it, the row's detail (a negative case's ``(status) = 0 but should be
+    561002`` and why the input is invalid), as the terminal report words them; then the
+    diagnosis, the hint and the command that regenerates the case."""
+    lines = []
+    for r in report.failures:
+        lines.append(r.message or f"{r.output}: {r.status}: {r.reason}")
+        if r.message and r.reason and r.reason not in r.message:
+            lines.append(r.reason)
+        lines += r.diagnosis_lines()
+        if r.hint:
+            lines.append(f"hint: {r.hint}")
+    regenerate = next((r.regenerate for r in report.failures if r.regenerate), "")
+    if regenerate:
+        lines.append(f"regenerate: {regenerate}")
+    return "\n".join(lines)
+
+
 class RefspecFailure(Exception):
     """A case that did not pass: the report's failing rows."""
 
@@ -133,17 +152,7 @@ class RefspecCase(pytest.Item):
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, RefspecFailure):
-            report = excinfo.value.args[0]
-            lines = []
-            for r in report.failures:
-                lines.append(r.message or f"{r.output}: {r.status}: {r.reason}")
-                lines += r.diagnosis_lines()
-                if r.hint:
-                    lines.append(f"hint: {r.hint}")
-            regenerate = next((r.regenerate for r in report.failures if r.regenerate), "")
-            if regenerate:
-                lines.append(f"regenerate: {regenerate}")
-            return "\n".join(lines)
+            return failure_text(excinfo.value.args[0])
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self):

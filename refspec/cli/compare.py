@@ -136,9 +136,9 @@ def judge(golden, source, **options) -> int:
 
 def _write_reports(report, options: dict) -> None:
     """The terminal report, and the JSON, JUnit and HTML files asked for."""
-    from ..comparator.render_text import render_text
+    from ..comparator.render_text import render_text, terminal_width
 
-    click.echo(render_text(report, verbose=options["verbose"],
+    click.echo(render_text(report, width=terminal_width(), verbose=options["verbose"],
                            failures_only=options["failures_only"]))
     if options["json_path"]:
         from ..comparator.render_json import write_json

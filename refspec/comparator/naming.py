@@ -13,7 +13,7 @@ import numpy as np
 from .. import ops
 
 __all__ = ["index_of", "index_text", "context_of", "format_value", "format_ulps",
-           "element_message", "DIGITS"]
+           "format_ratio", "element_message", "DIGITS"]
 
 #: significant digits that tell neighbouring values of each dtype apart
 DIGITS = {"bfloat16": 4, "float16": 5, "float32": 9, "float64": 17}
@@ -76,6 +76,22 @@ def format_ulps(u: float) -> str:
     if u < 1000:
         return f"{u:.1f}"
     return f"{u:.3g}"
+
+
+def format_ratio(x: float) -> str:
+    """An error / allowed ratio in 3 significant digits, or as many more as it takes to show
+    which side of 1 it is on (a ratio above 1 fails): 0.9999993, never "1", for a value
+    just below 1; "1" only for exactly 1."""
+    if x is None:
+        return "-"
+    if math.isnan(x) or math.isinf(x):
+        return format_value(x, "float64")
+    for digits in range(3, 18):
+        text = f"{x:.{digits}g}"
+        shown = float(text)
+        if (shown > 1) == (x > 1) and (shown < 1) == (x < 1):
+            return text
+    return text
 
 
 def element_message(output: str, index: dict[str, int], actual: float, golden: float,

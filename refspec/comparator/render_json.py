@@ -1,5 +1,6 @@
-"""``--json PATH``: the whole report, machine-readable (schema ``refspec-compare/2``;
-NaN and infinities are the strings "nan", "inf", "-inf" so the file is strict JSON)."""
+"""``--json PATH``: the whole report, machine-readable (schema ``refspec-compare/3``,
+docs/compare.md, "Reports"; NaN and infinities are the strings "nan", "inf", "-inf" so the file
+is strict JSON)."""
 
 from __future__ import annotations
 

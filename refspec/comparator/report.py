@@ -119,17 +119,26 @@ class OutputResult:
                 "ulps": _num(e.ulps), "badness": _num(e.badness), "kind": e.kind}
 
     def summary_dict(self) -> dict:
-        """A passing output in a few hundred bytes: what it is and how close it came."""
+        """A passing output in a few hundred bytes: the fields of ``to_dict`` that say what it
+        is and how close it came, under the same names and of the same types."""
         m = self.metrics
-        d = {"case_id": self.case_id, "output": self.output, "status": self.status,
-             "dtype": self.dtype}
+        d = {"case_id": self.case_id, "op": self.op, "output": self.output,
+             "verdict": self.verdict, "status": self.status, "dtype": self.dtype, "metrics": None}
         if m is not None:
-            mx = m.max_abs
-            d.update(elements=m.n, max_abs_error=_num(mx.abs_err) if mx else None,
-                     max_ulps=_num(mx.ulps) if mx else None, max_rel_error=_num(m.max_rel),
-                     max_badness=_num(m.max_badness), rmse=_num(m.rmse), cosine=_num(m.cosine),
-                     ulp_histogram=_trimmed(m.ulp_hist))
+            d["metrics"] = {k: v for k, v in self._metrics_numbers(m).items() if k in _COMPACT}
         return d
+
+    @staticmethod
+    def _metrics_numbers(m: Metrics) -> dict:
+        mx = m.max_abs
+        return {"elements": m.n, "numeric_elements": m.n_numeric,
+                "special_matched": m.n_special_matched,
+                "mismatches": m.failures, "mismatch_fraction": m.mismatch_fraction,
+                "nan_mismatches": m.nan_mismatches, "inf_mismatches": m.inf_mismatches,
+                "max_abs_error": _num(mx.abs_err) if mx is not None else None,
+                "max_rel_error": _num(m.max_rel), "mean_rel_error": _num(m.mean_rel),
+                "rmse": _num(m.rmse), "cosine": _num(m.cosine),
+                "max_badness": _num(m.max_badness), "ulp_histogram": _trimmed(m.ulp_hist)}
 
     def to_dict(self) -> dict:
         m = self.metrics
@@ -143,24 +152,24 @@ class OutputResult:
              "diagnosis": [f.to_dict() for f in self.diagnosis]}
         if m is not None:
             d["metrics"] = {
-                "elements": m.n, "numeric_elements": m.n_numeric,
-                "special_matched": m.n_special_matched,
-                "mismatches": m.failures, "mismatch_fraction": m.mismatch_fraction,
-                "nan_mismatches": m.nan_mismatches, "inf_mismatches": m.inf_mismatches,
-                "max_abs_error": self._element_dict(m.max_abs),
-                "max_rel_error": _num(m.max_rel), "max_rel_error_at": self._element_dict(m.max_rel_at),
-                "mean_rel_error": _num(m.mean_rel), "rmse": _num(m.rmse), "cosine": _num(m.cosine),
-                "max_badness": _num(m.max_badness),
+                **self._metrics_numbers(m),
+                "max_abs_error_at": self._element_dict(m.max_abs),
+                "max_rel_error_at": self._element_dict(m.max_rel_at),
                 "small_values": {"count": m.n_small, "errors": m.small_errors,
                                  "max_abs_error": _num(m.max_abs_small)},
-                "ulp_histogram": {"bins": ulp_bin_labels(), "counts": list(m.ulp_hist)},
             }
             d["worst"] = [self._element_dict(e) for e in m.worst]
         return d
 
 
+#: the metrics of a passing output's compact entry (``OutputResult.summary_dict``)
+_COMPACT = ("elements", "mismatches", "mismatch_fraction", "max_abs_error", "max_rel_error",
+            "rmse", "cosine", "max_badness", "ulp_histogram")
+
+
 def _trimmed(hist) -> list[int]:
-    """Histogram counts without the empty bins at the end."""
+    """Histogram counts without the empty bins at the end (the bins are the report's
+    ``ulp_histogram_bins``)."""
     counts = list(hist)
     while counts and counts[-1] == 0:
         counts.pop()
@@ -257,6 +266,10 @@ class Report:
             return "nothing was judged, which fails the run"
         if self.only_present:
             return "they do not fail the run"
+        judged_ops = list(dict.fromkeys(r.op for r in self.results))
+        if not set(self.not_run_by_op()) & set(judged_ops):     # whole operators not run
+            ops = " ".join(f"--op {op}" for op in judged_ops)
+            return f"they fail the run: {ops} if only the operators that were run were meant"
         return "they fail the run: --only-present if only the others were meant"
 
     def ordered(self) -> list[OutputResult]:
@@ -289,10 +302,11 @@ class Report:
         return text
 
     def to_dict(self) -> dict:
-        """Schema ``refspec-compare/2``: passing outputs compact (``OutputResult.
-        summary_dict``), everything else in full (``OutputResult.to_dict``)."""
+        """Schema ``refspec-compare/3`` (docs/compare.md, "Reports"): every entry of
+        ``results`` has one shape; a passing output's is a compact subset
+        (``OutputResult.summary_dict``), everything else is in full (``OutputResult.to_dict``)."""
         from .._version import __version__
-        return {"schema": "refspec-compare/2", "refspec_version": __version__,
+        return {"schema": "refspec-compare/3", "refspec_version": __version__,
                 "golden": self.golden, "actual": self.actual, "standard": self.standard,
                 "overrides": dict(self.overrides), "saturation": self.saturation,
                 "only_present": self.only_present,

@@ -65,7 +65,7 @@ def test_failures_exit_1_with_reports(setup, tmp_path):
     assert lines[1].split()[0] in ("MISSING", "FAIL")
     assert any(ln.strip().startswith("dx[b=1,n=0,s=3,d=2] = ") for ln in lines)
     doc = json.loads((tmp_path / "r.json").read_text())
-    assert doc["schema"] == "refspec-compare/2"
+    assert doc["schema"] == "refspec-compare/3"
     assert set(doc) >= {"golden", "actual", "standard", "overrides", "saturation", "summary", "results"}
     r0 = next(r for r in doc["results"] if r["output"] == "dx")
     assert set(r0) >= {"case_id", "output", "verdict", "status", "reason", "message", "metrics",
@@ -73,7 +73,7 @@ def test_failures_exit_1_with_reports(setup, tmp_path):
     m = r0["metrics"]
     assert set(m) >= {"mismatches", "mismatch_fraction", "max_abs_error", "max_rel_error", "rmse",
                       "cosine", "nan_mismatches", "inf_mismatches", "ulp_histogram", "small_values"}
-    assert m["max_abs_error"]["index"] == {"b": 1, "n": 0, "s": 3, "d": 2}
+    assert m["max_abs_error_at"]["index"] == {"b": 1, "n": 0, "s": 3, "d": 2}
     assert len(r0["worst"]) == 10
     missing = next(r for r in doc["results"] if r["output"] == "grad_key")
     assert missing["status"] == "missing"
@@ -82,7 +82,7 @@ def test_failures_exit_1_with_reports(setup, tmp_path):
     assert len(cases) == len(doc["results"])
     assert len(suite.findall("testcase/failure")) == 1 and len(suite.findall("testcase/error")) == 1
     html = (tmp_path / "r.html").read_text()
-    assert html.count("data:image/png;base64,") == 2      # dx: error heatmap and ulp histogram
+    assert html.count("<svg class='pic'") == 2            # dx: error heatmap and ulp histogram
     assert "dx[b=1,n=0,s=3,d=2]" in html
 
 
@@ -113,12 +113,12 @@ def test_override_shown_and_case_filter(setup):
     assert "override atol=2" in p.stdout
 
 
-def test_html_without_matplotlib_still_renders(setup, tmp_path, monkeypatch):
-    from refspec.comparator import compare
-    from refspec.comparator import render_html
+def test_html_pictures_need_no_matplotlib(setup, tmp_path):
     d, g, _, bad = setup
-    report = compare(str(g), str(bad), heatmaps=True)
-    monkeypatch.setattr(render_html, "_pyplot", lambda: None)
-    text = render_html.render_html(report)
-    assert "matplotlib is not installed" in text and "data:image/png" not in text
-    assert "<table>" in text
+    code = ("import sys; sys.modules['matplotlib'] = None; from refspec.cli import main; "
+            "sys.argv[0] = 'refspec'; main()")
+    p = subprocess.run([sys.executable, "-c", code, "compare", str(g), str(bad), "--html",
+                        str(tmp_path / "r.html")], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 1, p.stderr
+    text = (tmp_path / "r.html").read_text()
+    assert text.count("<svg class='pic'") == 2 and "<table>" in text

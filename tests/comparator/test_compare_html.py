@@ -1,8 +1,10 @@
 """The HTML report stays readable: in a real browser (Debian's headless Chromium driven by
-Playwright) at 1280 px there is no horizontal overflow, the failing row and its numeric
-columns are on screen, and the failing element is marked in the worst-elements list; an
-isolated failing element stands out on the heat map (red pixels counted in the picture). The
-browser test is skipped only when no Chromium is installed (CI installs it, .ci/run)."""
+Playwright) at 1280 and 1400 px there is no horizontal overflow, the failing row and the whole
+text of every numeric cell are on screen, a negative case's row is not a tall block of its
+rule's text, and the failing element is marked in the worst-elements list; an isolated failing
+element stands out on the heat map (red pixels counted in the picture), whose ticks are
+integers. The browser test is skipped only when no Chromium is installed (CI installs it,
+.ci/run)."""
 
 from __future__ import annotations
 
@@ -11,16 +13,24 @@ import io
 import re
 import shutil
 
+import numpy as np
 import pytest
 
+import refspec
 import refspec.goldens as goldens
 from refspec.comparator import compare
+from refspec.comparator.pictures import heatmap_svg, integer_ticks
 from refspec.comparator.render_html import render_html
+from refspec.goldens.cases import CaseData
 from refspec.goldens.example import rope_grad_case
 
 #: sweep-style case ids: long, with no spaces to break at
 LONG = "rope_grad/soc=A2/mode=interleave/layout=BSND/cos=B1SD/dtype=bfloat16/x=1/dist=vendor/"
 FLIP = (1, 3, 37, 5)
+#: a negative case the kernel accepts: its row's detail is the long text of the rule it broke
+NEG = LONG + "B2N4S64D31"
+RULE = ("dy: D=31 must be even, and mode: 2 is not supported on A2: the tiling of the vendor's "
+        "kernel splits D in halves of whole 32-byte blocks")
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +42,9 @@ def report(tmp_path_factory):
         for k, cid in enumerate(ids):
             w.write_case(rope_grad_case(shape=(2, 4, 64, 16 * (k + 1)), dtype='bfloat16', seed=k,
                                         case_id=cid))
+        neg = rope_grad_case(shape=(1, 1, 4, 8), dtype="float32", seed=3)
+        w.write_case(CaseData(NEG, neg.op, {**neg.params, "soc": "A2"}, 3, neg.inputs,
+                              regenerate="r", error=refspec.TilingError(RULE)))
     arrays = {}
     with goldens.open(g) as gf:
         for cid in ids:
@@ -39,12 +52,14 @@ def report(tmp_path_factory):
             arrays[cid] = {n: case.expected[n][()].copy() for n in case.output_names}
     dx = arrays[ids[0]]["dx"]
     dx[FLIP] = -dx[FLIP] if dx[FLIP] != 0 else 1.0          # one element wrong
-    return compare(str(g), arrays, heatmaps=True, heatmap_axes="SD")
+    dcos = arrays[ids[1]]["dcos"]
+    dcos[...] = dcos * 40 + 1                                 # thousands of ulps: wide numbers
+    return compare(str(g), arrays, heatmaps=True, heatmap_axes="SD", status={NEG: 0})
 
 
 def _heatmap_png(report):
     html = render_html(report)
-    imgs = re.findall(r"src='data:image/png;base64,([^']+)'", html)
+    imgs = re.findall(r"href='data:image/png;base64,([^']+)'", html)
     assert imgs, "no pictures"
     return imgs[0]
 
@@ -54,8 +69,20 @@ def test_isolated_failure_stands_out_on_the_heat_map(report):
     img = mpimg.imread(io.BytesIO(base64.b64decode(_heatmap_png(report))), format="png")
     rgb = img[..., :3]
     red = (rgb[..., 0] > 0.8) & (rgb[..., 1] < 0.15) & (rgb[..., 2] < 0.15)
-    # the failing cell and the ring drawn around it: far more than the cell's own 2 pixels
-    assert red.sum() >= 60, red.sum()
+    # the failing cell (5 x 30 pixels of a 64 x 16 map) and the ring drawn around it
+    ys, xs = np.nonzero(red)
+    assert np.ptp(ys) >= 30 and np.ptp(xs) >= 30, (np.ptp(ys), np.ptp(xs))
+
+
+def test_heat_map_ticks_are_integers():
+    assert integer_ticks(4) == [0, 1, 2, 3] and integer_ticks(64) == [0, 10, 20, 30, 40, 50, 60]
+    assert integer_ticks(1) == [0] and integer_ticks(9) == [0, 2, 4, 6, 8]
+    heat = np.zeros((3, 5))
+    heat[1, 2] = 2.0
+    svg = heatmap_svg(heat, "dx", "S", "D")
+    ticks = re.findall(r"<text[^>]*class='tick'[^>]*>([^<]*)</text>", svg)
+    assert sorted(ticks) == sorted(["0", "1", "2"] + ["0", "1", "2", "3", "4"]), ticks
+    assert "(1 failing cells)" in svg
 
 
 def test_worst_list_marks_failing_elements(report):
@@ -75,31 +102,42 @@ def _chromium():
 
 
 @pytest.mark.skipif(_chromium() is None, reason="no Chromium installed (apt-get install chromium)")
-def test_html_in_a_browser_at_1280_px(report, tmp_path):
+@pytest.mark.parametrize("viewport", [1280, 1400])
+def test_html_in_a_browser(report, tmp_path, viewport):
     from playwright.sync_api import sync_playwright
     path = tmp_path / "r.html"
     path.write_text(render_html(report))
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=_chromium(), args=["--no-sandbox"])
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page = browser.new_page(viewport={"width": viewport, "height": 900})
             page.goto(path.as_uri())
             width = page.evaluate("document.documentElement.scrollWidth")
-            assert width <= 1280, f"page is {width} px wide"
+            assert width <= viewport, f"page is {width} px wide"
             row = page.locator("tr.fail").first
             assert row.is_visible()
             assert "dx" in row.inner_text() and "B2N4S64D16" in row.inner_text()
             for cell in row.locator("td").all():
                 box = cell.bounding_box()
-                assert box is not None and box["width"] > 0 and box["x"] + box["width"] <= 1280
-            for cell in row.locator("td.num").all():      # numbers not cut
-                assert cell.evaluate("c => c.scrollWidth <= c.clientWidth"), cell.inner_text()
+                assert box is not None and box["width"] > 0 and box["x"] + box["width"] <= viewport
             assert row.locator("td.err").inner_text().strip() not in ("", "-")
+            # every number, and every numeric column's name, whole: none clipped
+            cut = page.evaluate("""() => [...document.querySelectorAll('td.num, th.num')]
+                .filter(c => c.offsetParent !== null && c.scrollWidth > c.clientWidth)
+                .map(c => c.innerText)""")
+            assert not cut, cut
+            assert page.locator("td.ulp", has_text="e+03").count() >= 1    # the widest numbers
+            # the negative case's row: a line or two, its rule's text under it, across the table
+            neg = page.locator("tr.fail", has_text="(status)").first
+            assert neg.bounding_box()["height"] <= 45, neg.bounding_box()
+            detail = neg.locator("xpath=following-sibling::tr[1]")
+            assert "mode: 2 is not supported on A2" in detail.inner_text()
+            assert detail.bounding_box()["height"] <= 45, detail.bounding_box()
             mark = page.locator("table.worst td.fails").first
             mark.scroll_into_view_if_needed()
             assert mark.is_visible() and mark.inner_text().startswith("fails")
             box = mark.bounding_box()
-            assert box["x"] + box["width"] <= 1280
+            assert box["x"] + box["width"] <= viewport
             element = mark.locator("xpath=..").inner_text()
             assert "b=1, n=3, s=37, d=5" in element
         finally:

@@ -117,4 +117,5 @@ class Mistaken:
 
 KERNELS = {kind: Mistaken(kind) for kind in _MISTAKES}
 SIGN = KERNELS["sign"]
+SCALE = KERNELS["scale"]
 rotary_position_embedding_grad = SIGN.rotary_position_embedding_grad
