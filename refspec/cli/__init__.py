@@ -10,6 +10,7 @@ or ``OSError`` escape a command).
 from __future__ import annotations
 
 import errno
+import logging
 import re
 import sys
 
@@ -95,6 +96,17 @@ def main():
     Generate HDF5 golden sets from the executable NumPy specification, inspect and export them,
     and judge a kernel's outputs against them.
     """
+    log = logging.getLogger("refspec")
+    if not any(isinstance(h, _Notices) for h in log.handlers):
+        log.addHandler(_Notices())
+
+
+class _Notices(logging.Handler):
+    """The library's notices (logger ``refspec``: a compile that takes a while), one line each
+    on stderr as ``refspec: <notice>``."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(f"refspec: {record.getMessage()}", err=True)
 
 
 for _module in (generate, store, compare, run_impl, golden):

@@ -17,7 +17,6 @@ import numpy as np
 from ..spec.dtypes import round_to
 from . import oracle
 from .floatinfo import U_ACC, bits_of, float_info
-from .fused import FLAGS, KIND, PARAMS, Block, Flags, HeatMap, Params, Results, fused_block
 from .metrics import Accumulator, FusedBlock
 from .standards import C_REDUCTION, ELEMENT_ROUNDINGS, ROUNDING_SLACK_U32, TERM_ROUNDINGS, \
     UNDERFLOW, Rule
@@ -60,6 +59,7 @@ class BlockJudge:
     def _fused_setup(self):
         """The compiled pass's arguments that are the same for every block: the dtype's code,
         the rule's ``Flags`` and ``Params``, the ``HeatMap`` (a 1 x 1 dummy without a map)."""
+        from .fused import FLAGS, KIND, PARAMS, Flags, HeatMap, Params    # numba, when needed
         r, info, acc = self.rule, self.info, self.acc
         on = dict.fromkeys(FLAGS, 0)
         geometry = acc.heat_geometry()
@@ -84,6 +84,7 @@ class BlockJudge:
                 S: np.ndarray | None) -> FusedBlock:
         """The fused pass over one block (no shared state is changed but the 2-D map, so
         blocks may be computed side by side when there is none)."""
+        from .fused import Block, Results, fused_block
         kind, flags, params, heat = self._fused_args or self._fused_setup()
         bits = bits_of(a)
         e_bits = bits_of(e) if e is not None and self.needs_expected else bits[:0]

@@ -62,10 +62,11 @@ def multiples(s: Subject, fail: np.ndarray, golden_agrees: float) -> list[Findin
         return out
     a, g = s.a[fail], s.g[fail]
     ok = np.isfinite(a) & np.isfinite(g)
-    gg = float(np.dot(g[ok], g[ok]))
+    with np.errstate(all="ignore"):
+        gg = float(np.dot(g[ok], g[ok]))
+        c = float(np.dot(a[ok], g[ok])) / gg if gg else 0.0
     if gg == 0:
         return []
-    c = float(np.dot(a[ok], g[ok])) / gg
     if not np.isfinite(c) or abs(c) < 1e-12 or abs(abs(c) - 1) < 1e-3:
         return []
     c = _round_factor(c)

@@ -4,11 +4,14 @@
 The blocks of the golden's plan (``refspec.comparator.streaming.plan_blocks``) are read side by
 side from the exact golden, the actual and, when the rule needs them, the rounded golden and the
 sums of |terms|; each block goes through ``BlockJudge`` (the fused pass, blocks in threads with
-``options.pool``; with ``options.fast`` False the NumPy oracle) into one ``Accumulator``.
+``options.pool``; for outputs the oracle judges, ``uses_fused``, the NumPy oracle) into one
+``Accumulator``.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections import deque
 from concurrent.futures import wait
 
@@ -19,10 +22,16 @@ from . import oracle
 from .block_judge import BlockJudge
 from .golden_output import GoldenOutput
 from .metrics import Accumulator, Metrics
+from .options import COMPILED_ABOVE
 from .standards import SMALL_VALUES, Rule
 from .streaming import BlockReader, plan_blocks
 
-__all__ = ["measure", "MeasureProblem", "Benchmark", "block_plan", "heat_axes", "in_order"]
+__all__ = ["measure", "MeasureProblem", "Benchmark", "block_plan", "heat_axes", "in_order",
+           "uses_fused"]
+
+_LOG = logging.getLogger("refspec")
+#: seconds the first compiled block may take before the compile notice is logged
+NOTICE_SECONDS = 1.0
 
 
 class MeasureProblem(Exception):
@@ -57,7 +66,7 @@ def measure(case, golden: GoldenOutput, actual, rule: Rule | None, options,
     plan = block_plan(golden, options.read_elements)
     readers = _readers(case, golden, bj, sum_abs)
     try:
-        if options.fast:
+        if uses_fused(golden, options):
             _fused_pass(bj, readers, actual, plan, options.pool if heat is None else None)
         else:
             for key, flat0, count in plan:
@@ -71,6 +80,15 @@ def measure(case, golden: GoldenOutput, actual, rule: Rule | None, options,
             if rd is not None:
                 rd.close()
     return bj.acc.finish()
+
+
+def uses_fused(golden: GoldenOutput, options) -> bool:
+    """Whether the output goes through the compiled pass: always with ``options.fast`` True,
+    never with False, and when None only above ``COMPILED_ABOVE`` elements (below, the NumPy
+    oracle gives the same report without waiting for a compiler)."""
+    if options.fast is not None:
+        return bool(options.fast)
+    return int(np.prod(golden.shape, dtype=np.int64)) > COMPILED_ABOVE
 
 
 def block_plan(golden: GoldenOutput, read_elements: int) -> list:
@@ -98,8 +116,26 @@ def _fused_pass(bj, readers, actual, plan, pool) -> None:
     def work(key, flat0, count):
         return bj.compute(*_load(readers, actual, key, flat0, count))
 
-    for out in in_order(pool if len(plan) > 1 else None, work, plan):
-        bj.merge(out)
+    notice = _compile_notice()
+    try:
+        for out in in_order(pool if len(plan) > 1 else None, work, plan):
+            notice.cancel()
+            bj.merge(out)
+    finally:
+        notice.cancel()
+
+
+def _compile_notice() -> threading.Timer:
+    """A timer that logs one line (logger ``refspec``) if the first block of the process's
+    first compiled pass takes over a second: numba compiling it after an installation."""
+    from .fused import fused_block
+    timer = threading.Timer(NOTICE_SECONDS, _LOG.warning, (
+        "compiling the comparison pass for large outputs (once after installing: about "
+        "20 s; later runs load it from the cache)",))
+    timer.daemon = True
+    if not fused_block.signatures:
+        timer.start()
+    return timer
 
 
 def _load(readers, actual, key, flat0, count):

@@ -23,6 +23,10 @@ class CompareUsageError(ValueError):
     """Arguments that cannot work (unknown standard, unusable actual path, bad mapping)."""
 
 
+#: outputs of at most this many elements are judged by the NumPy oracle when ``fast`` is None
+COMPILED_ABOVE = 1 << 16
+
+
 @dataclass(frozen=True)
 class CompareOptions:
     """The options of one comparison (``refspec.compare`` documents each keyword).
@@ -39,7 +43,10 @@ class CompareOptions:
     heatmap_axes: str | None = None      # two axis letters, e.g. "SD"; None: the last two
     heatmaps: bool = False               # keep a 2-D max-badness map (for the HTML report)
     read_elements: int = READ_ELEMENTS
-    fast: bool = True                    # the fused pass (False: the NumPy oracle, oracle.py)
+    #: None: the fused pass for outputs of more than ``COMPILED_ABOVE`` elements, the NumPy
+    #: oracle (oracle.py, the same report) for the others, so small comparisons never wait for
+    #: numba to compile; True: the fused pass for every output; False: the oracle for every one
+    fast: bool | None = None
     pool: object = None                  # an Executor: blocks of one output side by side
     cases: tuple | list | str | None = None       # ids or shell patterns
     mapping: object = None                # a Mapping or the path of a mapping file

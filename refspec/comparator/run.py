@@ -99,7 +99,7 @@ def _cases(golden, selectors, operators=None, case_ids=None, socs=None):
 def compare(golden, actual, *, cases=None, standard: str = "default", rtol: float | None = None,
             atol: float | None = None, saturation: bool = False, mapping=None, top: int = 10,
             ratio_level: str | None = None, heatmaps: bool = False,
-            heatmap_axes: str | None = None, progress=None, fast: bool = True, status=None,
+            heatmap_axes: str | None = None, progress=None, fast: bool | None = None, status=None,
             only_present: bool = False, operators=None, case_ids=None, jobs: int = 1,
             scheduler: str | None = None, socs=None, diagnose: bool = True) -> Report:
     """Judge a kernel's outputs against golden cases.
@@ -111,8 +111,10 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
     ``{output: array}`` for one case). ``cases``: ids or shell patterns. ``standard``: one of
     ``STANDARD_NAMES``; ``rtol``/``atol`` override its numbers for this run.
     ``saturation``: accept max-finite where the golden is an infinity (both clipped).
-    ``fast=False`` judges every block by the reference step instead of the fused one (the
-    same report, slower; for checking and benchmarks). ``status``: the status the kernel
+    ``fast``: None (the default) judges outputs of more than 2^16 elements by the compiled
+    fused pass and the others by the NumPy oracle (the same report, and nothing to compile for
+    a small comparison); True the fused pass for every output, False the oracle for every one
+    (slower; for checking and benchmarks). ``status``: the status the kernel
     returned (0: accepted; else its aclnn code), an int for one case or ``{case_id: code}``;
     it takes the place of the ``status.json`` files of a directory. ``only_present``: cases
     with no output and no status were left out on purpose (they do not fail the run).
@@ -183,7 +185,7 @@ def _check_arrays_of_one_case(actual, n_cases) -> None:
 def _judge_cases(case_iter, n_cases, source, statuses, options, report, progress) -> None:
     """Each case in turn: its status, then its outputs (blocks side by side in a thread pool
     of at most ``MAX_THREADS``, for the fused pass)."""
-    threads = min(len(os.sched_getaffinity(0)), MAX_THREADS) if options.fast else 1
+    threads = min(len(os.sched_getaffinity(0)), MAX_THREADS) if options.fast is not False else 1
     pool = ThreadPoolExecutor(threads, thread_name_prefix="refspec-compare") if threads > 1 \
         else None
     opts = replace(options, pool=pool)
