@@ -133,7 +133,7 @@ def reread_layout(axis: str, shape_of: Callable[[str, Call, dict, str], tuple | 
         for value in ax.values:
             if value == here:
                 continue
-            inputs, ok = dict(call.inputs), True
+            inputs, ok, moved = dict(call.inputs), True, False
             for name, arr in call.inputs.items():
                 shape = None if arr is None else shape_of(name, call, params, value)
                 if shape is None:
@@ -142,7 +142,8 @@ def reread_layout(axis: str, shape_of: Callable[[str, Call, dict, str], tuple | 
                     ok = False
                     break
                 inputs[name] = np.asarray(arr).reshape(shape)
-            if ok:
+                moved = moved or shape != np.shape(arr)
+            if ok and moved:
                 out.append(Variant("alternative", f"the bytes read as {value} instead of {here}",
                                    {"param": axis, "value": value}, call._replace(inputs=inputs)))
         return out
