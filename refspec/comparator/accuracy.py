@@ -9,7 +9,7 @@ import numpy as np
 from ..spec.dtypes import resolve_dtype, round_to
 from .elementwise import agrees
 from .findings import EXPLAINS, PRECISION_FACTOR, Finding, Subject, share
-from .floatinfo import float_info, ulp_at
+from .floatinfo import TWINS, bits_of, float_info, ulp_at
 from .standards import resolve_rule
 
 __all__ = ["precision", "roundings", "twin_dtype"]
@@ -46,14 +46,14 @@ def roundings(s: Subject, fail: np.ndarray) -> list[Finding]:
     dt = resolve_dtype(s.dtype)
     if dt == np.float64:
         return []
-    nearest = _bits(round_to(s.g, dt))
+    nearest = bits_of(round_to(s.g, dt))
     ways = {"toward_zero": _rounded_toward_zero(s.g, dt), "half_away": _rounded_half_away(s.g, dt)}
     if dt.itemsize < 4:
         ways["double"] = round_to(round_to(s.g, np.float32).astype(np.float64), dt)
-    mine = _bits(s.raw)
+    mine = bits_of(s.raw)
     out = []
     for mode, values in ways.items():
-        bits = _bits(values)
+        bits = bits_of(values)
         differs = bits != nearest
         if differs.sum() < 2:
             continue
@@ -68,11 +68,6 @@ def roundings(s: Subject, fail: np.ndarray) -> list[Finding]:
                                "elements where the two differ", explains,
                                {"mode": mode, "elements": int(differs.sum())}))
     return out
-
-
-def _bits(x: np.ndarray) -> np.ndarray:
-    x = np.ascontiguousarray(x)
-    return x.view(np.uint16 if x.itemsize == 2 else np.uint32 if x.itemsize == 4 else np.uint64)
 
 
 def _rounded_toward_zero(g: np.ndarray, dt) -> np.ndarray:
@@ -103,7 +98,7 @@ def _rounded_half_away(g: np.ndarray, dt) -> np.ndarray:
 
 def _step_in(r: np.ndarray) -> np.ndarray:
     """One place toward zero (any float dtype, by its bits)."""
-    b = _bits(r).copy()
+    b = bits_of(r).copy()
     nz = (b & ~_sign_mask(b.dtype)) != 0
     b[nz] -= 1
     return b.view(r.dtype)
@@ -111,7 +106,7 @@ def _step_in(r: np.ndarray) -> np.ndarray:
 
 def _step_out(r: np.ndarray) -> np.ndarray:
     """One place away from zero (any float dtype, by its bits)."""
-    b = _bits(r).copy() + 1
+    b = bits_of(r).copy() + 1
     return b.view(r.dtype)
 
 
@@ -119,12 +114,9 @@ def _sign_mask(dt) -> int:
     return dt.type(1 << (dt.itemsize * 8 - 1))
 
 
-_TWINS = {"float16": "bfloat16", "bfloat16": "float16"}
-
-
 def twin_dtype(s: Subject, fail: np.ndarray) -> list[Finding]:
     """The other 16-bit dtype: the kernel's bits read as it agree with the golden."""
-    twin = _TWINS.get(s.dtype)
+    twin = TWINS.get(s.dtype)
     if twin is None:
         return []
     other = np.ascontiguousarray(s.raw).view(np.uint16).view(resolve_dtype(twin))

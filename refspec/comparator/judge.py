@@ -17,7 +17,7 @@ import numpy as np
 
 from ..spec.dtypes import dtype_name, resolve_dtype
 from .actuals import Problem
-from .floatinfo import float_info
+from .floatinfo import TWINS, float_info
 from .diagnosis import diagnose_output
 from .golden_output import GoldenOutput, golden_output
 from .measure import Benchmark, MeasureProblem, block_plan, heat_axes, measure
@@ -200,8 +200,6 @@ def too_strict(res: OutputResult, job: JudgedOutput) -> None:
                        "standard is stricter than the dtype there)")
 
 
-#: the two 16-bit dtypes a kernel may confuse: the bits of one read as the other
-_TWINS = {"float16": "bfloat16", "bfloat16": "float16"}
 _HINT_SAMPLE = 1 << 16
 
 
@@ -217,7 +215,7 @@ def dtype_hint(res: OutputResult, job: JudgedOutput) -> None:
 
 
 def _twin_hint(actual, golden: GoldenOutput, plan) -> str:
-    twin = _TWINS.get(golden.dtype_name)
+    twin = TWINS.get(golden.dtype_name)
     if twin is None or not plan:
         return ""
     key, flat0, count = plan[0]
