@@ -69,15 +69,24 @@ def test_correct_implementation_is_not_just_the_golden():
 
 # --- the built-in sweeps ------------------------------------------------------------------------
 
-def _sweep_golden(tmp_path_factory, name):
-    from refspec.goldens.engine import generate
+def _builtin_sweep(name):
     from refspec.goldens.sweep import builtin_sweeps, load_sweep
     if name not in builtin_sweeps():
         pytest.skip(f"the {name} sweep is not in this tree")
-    sweep = load_sweep(name)
-    path = tmp_path_factory.mktemp(name) / f"{name}.h5"
-    generate(sweep, sweep.cases(), path, jobs=2)
+    return load_sweep(name)
+
+
+def _golden_of(tmp_path_factory, sweep, cases):
+    """A golden file of ``cases`` of ``sweep``, written by two worker processes."""
+    from refspec.goldens.engine import generate
+    path = tmp_path_factory.mktemp(sweep.name) / f"{sweep.name}.h5"
+    generate(sweep, cases, path, jobs=2)
     return path
+
+
+def _sweep_golden(tmp_path_factory, name):
+    sweep = _builtin_sweep(name)
+    return _golden_of(tmp_path_factory, sweep, sweep.cases())
 
 
 def _judge_golden_file(path, bug=None, standard="default"):
@@ -124,24 +133,20 @@ def test_correct_implementations_pass_every_standard_case(tmp_path_factory):
 
     from refspec.comparator import compare
     from refspec.comparator.implementation import Implementation
-    from refspec.goldens.engine import generate
-    from refspec.goldens.sweep import load_sweep
     impl = Implementation(str(Path(__file__).resolve().parent.parent / "impls" / "numpy_float32.py")
                           + ":EVERY", repeat=0)
-    sweep = load_sweep("standard")
+    sweep = _builtin_sweep("standard")
     cases = sweep.cases()
     outputs = negative = 0
     failures, not_run = [], []
     for first in range(0, len(cases), 500):
-        folder = tmp_path_factory.mktemp("standard")
-        path = folder / "standard.h5"
-        generate(sweep, cases[first:first + 500], path, jobs=2)
+        path = _golden_of(tmp_path_factory, sweep, cases[first:first + 500])
         report = compare(path, impl, jobs=2)
         outputs += report.counts()["outputs"]
         negative += report.counts()["negative_cases"]
         failures += report.failures
         not_run += report.not_run
-        shutil.rmtree(folder)
+        shutil.rmtree(path.parent)
     assert outputs > 10000 and negative > 200
     assert not not_run
     _assert_none_failed(failures)
