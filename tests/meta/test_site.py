@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from browser import launch, needs_chromium
 from repo_paths import DOCS, REPO
 
 pytest.importorskip("mkdocs")
@@ -129,14 +129,6 @@ _INSPECT = """async () => {
 PLAIN_FORMULA = re.compile(r"[\w)\]]\s?\*\s?[\w(|]|[\w)]\^[-\w({]|_\{|\bsqrt\(")
 
 
-def _chromium():
-    for name in ("chromium", "chromium-browser"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
-
-
 def _screenshot_folder(tmp_path) -> Path:
     folder = Path(os.environ.get("REFSPEC_SITE_SCREENSHOTS") or tmp_path)
     folder.mkdir(parents=True, exist_ok=True)
@@ -144,7 +136,7 @@ def _screenshot_folder(tmp_path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_chromium() is None, reason="no Chromium installed (apt-get install chromium)")
+@needs_chromium
 def test_every_formula_is_typeset_in_a_browser_from_disk(site, tmp_path):
     """Every page, opened from file:// with every request to another host blocked (and the test
     failing if a page tries one): no formula delimiter (``$``, ``\\(``, ``\\[``) left in the text
@@ -164,9 +156,7 @@ def test_every_formula_is_typeset_in_a_browser_from_disk(site, tmp_path):
             r.abort()
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=_chromium(), args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--no-first-run"])
+        browser = launch(p)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.route("**/*", route)
