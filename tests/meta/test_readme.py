@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import refspec
 from refspec import ops
@@ -80,6 +81,7 @@ def _harness(cases):
         (folder / "status.json").write_text(json.dumps({"code": 0}))
 
 
+@pytest.mark.slow
 def test_readme_walkthrough_ends_in_pass_for_one_chip(tmp_path):
     """The command-line walkthrough runs as written, for one chip (--soc A2), on a tier that
     finishes in seconds; with a correct kernel in the harness step it ends in PASS with no
