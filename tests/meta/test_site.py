@@ -197,7 +197,8 @@ def test_every_formula_is_typeset_in_a_browser_from_disk(site, tmp_path):
                 if wrong:
                     problems[name] = wrong
                 if name == "rope":
-                    page.evaluate("document.getElementById('2-forward-per-mode').scrollIntoView()")
+                    page.evaluate("document.getElementById('2-forward-per-mode').scrollIntoView(); "
+                                  "window.scrollBy(0, -70)")
                     shot = _screenshot_folder(tmp_path) / "rope.png"
                     page.screenshot(path=str(shot))
                     print(f"\nscreenshot of rope.html: {shot}")
