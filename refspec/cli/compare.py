@@ -13,7 +13,7 @@ import click
 from .. import ops
 from ..comparator.standards import STANDARD_NAMES
 from ..goldens.format import UnknownCaseError
-from .usage_errors import CliError, check_output_file
+from .usage_errors import CliError, OutputPath
 
 __all__ = ["register", "compare_command"]
 
@@ -37,9 +37,9 @@ __all__ = ["register", "compare_command"]
               help="An msprobe dump, judged against goldens made from it (refspec golden).")
 @click.option("--ratio-level", type=click.Choice(("L0", "L1", "L2")), default=None,
               help="Thresholds of the ratio standard (default: by operator, msprobe levels).")
-@click.option("--json", "json_path", type=click.Path(), default=None, help="Write the JSON report.")
-@click.option("--junit", "junit_path", type=click.Path(), default=None, help="Write JUnit XML.")
-@click.option("--html", "html_path", type=click.Path(), default=None,
+@click.option("--json", "json_path", type=OutputPath(), default=None, help="Write the JSON report.")
+@click.option("--junit", "junit_path", type=OutputPath(), default=None, help="Write JUnit XML.")
+@click.option("--html", "html_path", type=OutputPath(), default=None,
               help="Write a self-contained HTML report with pictures of failing outputs.")
 @click.option("--heatmap-axes", default=None, metavar="XY",
               help="Two axis letters for the HTML error heatmaps, e.g. SD (default: last two).")
@@ -116,10 +116,6 @@ def judge(golden, source, **options) -> int:
     from ..comparator.run import compare_with
     from ..goldens.executors import SchedulerUnavailable, WorkerLost
 
-    for flag, key in (("--json", "json_path"), ("--junit", "junit_path"),
-                      ("--html", "html_path")):
-        if options[key] is not None:
-            check_output_file(options[key], f"{flag} {options[key]}")
     opts = compare_options(options)
     try:
         actual, mapping = source()

@@ -20,7 +20,7 @@ from ..goldens.engine import parts_dir
 from ..goldens.executors import SCHEDULER_ENV, SchedulerUnavailable
 from ..goldens.selection import filter_cases, normalize_filter, parse_shard, parse_where, shard
 from ..goldens.sweep import SweepError, load_sweep
-from .usage_errors import CliError, Interrupted, check_output_file
+from .usage_errors import CliError, Interrupted, OutputPath, check_output_file
 
 __all__ = ["register", "list_command", "generate_command"]
 
@@ -93,10 +93,13 @@ def list_command(sweep_ref, tier, as_json, **filters):
     return 0
 
 
+GIVE_H5 = "give the path of the .h5 file to write"
+
+
 def check_golden_output(out: str, resume: bool = False, force: bool = False) -> None:
     """A usage error unless the golden file ``out`` can be written: a writable place, and
     nothing there already unless ``force`` (replace it) or ``resume`` (continue it)."""
-    check_output_file(out, out, "give the path of the .h5 file to write")
+    check_output_file(out, out, GIVE_H5)
     if resume and force:
         raise CliError("--resume and --force exclude each other: --resume continues a run, "
                        "--force starts over")
@@ -130,7 +133,7 @@ def check_golden_output(out: str, resume: bool = False, force: bool = False) -> 
               default=goldens.DEFAULT_COMPRESSION, show_default=True,
               help="HDF5 compression of the datasets (see docs/goldens.md).")
 @click.option("--output", "-o", "out", required=True, metavar="OUT.h5",
-              type=click.Path(dir_okay=False), help="The golden file to write.")
+              type=OutputPath(GIVE_H5), help="The golden file to write.")
 def generate_command(sweep_ref, tier, case_ids, seed, jobs, scheduler, shard_spec, resume,
                      force, compression, out, **filters):
     """Generate a golden HDF5 file from a sweep (default: the smoke sweep)."""

@@ -17,8 +17,8 @@ import click
 from .. import goldens
 from ..spec.errors import one_line
 from .compare import compare_command
-from .usage_errors import CliError
-from .generate import check_golden_output, generate_command
+from .usage_errors import CliError, OutputPath
+from .generate import GIVE_H5, check_golden_output, generate_command
 
 __all__ = ["register", "golden_command", "check_dump_command"]
 
@@ -130,7 +130,7 @@ check_dump_command = click.Command(
             click.Option(["--map", "mapping"], type=click.Path(dir_okay=False), required=True,
                          metavar="MAP.toml", help="Which API calls of the dump are which operator "
                                                   "(docs/real_runs.md)."),
-            click.Option(["--output", "-o", "out"], type=click.Path(dir_okay=False), default=None,
+            click.Option(["--output", "-o", "out"], type=OutputPath(GIVE_H5), default=None,
                          metavar="OUT.h5", help="Keep the golden file here."),
             click.Option(["--force"], is_flag=True, help="Replace an existing -o file."),
             *_COMPARE_OPTIONS])

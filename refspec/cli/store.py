@@ -17,7 +17,7 @@ from ..goldens.selection import SweepError, profiles
 from ..goldens.read import GoldenCase, GoldenFile, LazyArray
 from ..goldens.shards import merge as merge_shards
 from ..goldens.shards import pack as pack_file
-from .usage_errors import CliError
+from .usage_errors import CliError, OutputPath
 
 __all__ = ["register", "show", "export", "merge", "pack", "file_summary", "case_summary"]
 
@@ -171,7 +171,8 @@ def show(file, case, as_json, ids):
               help="Case id or shell pattern (repeatable; default: every case).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="bin", show_default=True,
               help="bin: raw little-endian C order (tofile); npy: NumPy .npy.")
-@click.option("-o", "--output", "out_dir", required=True, type=click.Path(file_okay=False),
+@click.option("-o", "--output", "out_dir", required=True,
+              type=OutputPath("give the folder to write the cases into", directory=True),
               help="Directory to write DIR/<case_id>/ into.")
 @click.option("--soc", "socs", multiple=True, metavar="S",
               help="Only the cases of this chip profile: A2, A3, 950, none (repeatable).")
@@ -198,7 +199,7 @@ def export(file, cases, fmt, out_dir, socs, force, jobs, scheduler):
 
 
 @click.command()
-@click.argument("out", type=click.Path(dir_okay=False))
+@click.argument("out", type=OutputPath("give the path of the merged .h5 file to write"))
 @click.argument("shards", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--allow-partial", is_flag=True,
@@ -219,7 +220,8 @@ def merge(out, shards, force, allow_partial):
 
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False),
+@click.option("-o", "--output", "out", required=True,
+              type=OutputPath("give the path of the .h5 file to write"),
               help="The self-contained golden file to write.")
 @click.option("--force", is_flag=True, help="Replace the output if it exists.")
 def pack(file, out, force):

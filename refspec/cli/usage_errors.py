@@ -6,7 +6,7 @@ import os
 
 import click
 
-__all__ = ["CliError", "Interrupted", "check_output_file"]
+__all__ = ["CliError", "Interrupted", "OutputPath", "check_output_file"]
 
 
 class CliError(click.ClickException):
@@ -31,3 +31,24 @@ def check_output_file(path: str, label: str, give: str = "give a file name") -> 
         raise CliError(f"{label}: directory {directory} does not exist")
     if not os.access(directory, os.W_OK):
         raise CliError(f"{label}: directory {directory} is not writable")
+
+
+class OutputPath(click.ParamType):
+    """The type of every option and argument naming what a command writes: a file
+    (``check_output_file``), or with ``directory=True`` a folder, which may not be an existing
+    file. Checked as the command line is read, so a mistake is refspec's one line naming the
+    option and the path, ending in ``give``."""
+
+    name = "path"
+
+    def __init__(self, give: str = "give a file name", directory: bool = False):
+        self.give, self.directory = give, directory
+
+    def convert(self, value, param, ctx):
+        label = value if param is None or not param.opts[0].startswith("-") \
+            else f"{max(param.opts, key=len)} {value}"
+        if not self.directory:
+            check_output_file(value, label, self.give)
+        elif os.path.exists(value) and not os.path.isdir(value):
+            raise CliError(f"{label}: is a file; {self.give}")
+        return value

@@ -38,7 +38,7 @@ class SchedulerUnavailable(RuntimeError):
 
 
 def scheduler_address(given: str | None) -> str | None:
-    """``given``, else $REFSPEC_SCHEDULER, else None (run locally)."""
+    """``given``, else ``$REFSPEC_SCHEDULER``, else None (run locally)."""
     return given or os.environ.get(SCHEDULER_ENV) or None
 
 

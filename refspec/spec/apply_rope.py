@@ -62,7 +62,7 @@ def apply_rotary_pos_emb_v2(query, key, cos, sin, layout=1, rotary_mode="half", 
 def apply_rotary_pos_emb_terms(query, key, cos, sin, layout=1, rotary_mode="half", *, soc=None,
                                out_dtype=None) -> dict[str, OutputTerms]:
     """Tolerance terms of both outputs (docs/apply_rotary_pos_emb.md §3): elementwise, each
-    element one cos product plus or minus one sin product; S = |x*cos| + |rot*sin| from the
+    element one cos product plus or minus one sin product; ``S = |x*cos| + |rot*sin|`` from the
     mode's formula block on absolute values (``rope_elementwise_sum_abs``, block by block),
     given for float32/float64 outputs only (None for 16-bit ones)."""
     out_dtype = check_out_dtype(out_dtype, "apply_rotary_pos_emb_terms")

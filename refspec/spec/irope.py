@@ -36,9 +36,10 @@ def interleave_rope(x, cos, sin, *, soc=None, out_dtype=None):
 
 
 def interleave_rope_terms(x, cos, sin, *, soc=None, out_dtype=None) -> dict[str, OutputTerms]:
-    """Tolerance terms of y (docs/interleave_rope.md §3): elementwise, S = |q*cos| +
-    |RotateHalf(q)*sin| from the formula block on absolute values (``rope_elementwise_sum_abs``,
-    block by block), given for float32/float64 outputs only (None for 16-bit ones)."""
+    """Tolerance terms of y (docs/interleave_rope.md §3): elementwise,
+    ``S = |q*cos| + |RotateHalf(q)*sin|`` from the formula block on absolute values
+    (``rope_elementwise_sum_abs``, block by block), given for float32/float64 outputs only (None
+    for 16-bit ones)."""
     out_dtype = check_out_dtype(out_dtype, "interleave_rope_terms")
     args = check_interleave_rope_args("interleave_rope", x, cos, sin, soc)
 

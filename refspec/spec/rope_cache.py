@@ -75,7 +75,7 @@ def rope_with_sin_cos_cache(positions, query, key, cos_sin_cache, head_size, mro
     (docs/rope_with_sin_cos_cache.md, Parameters, §1-§2).
 
     ``positions`` (T,) in rope mode, (3, T) in mrope mode (``mrope_section`` given); query
-    (T, numQHeads*head_size), key (T, numKHeads*head_size); cos_sin_cache (maxSeqLen,
+    ``(T, numQHeads*head_size)``, key ``(T, numKHeads*head_size)``; cos_sin_cache (maxSeqLen,
     rotaryDim). ``soc`` None checks only what the math needs, "A2"/"A3" adds the profile's rules
     (§4). ``out_dtype`` None returns each output in its input's dtype, rounded once.
     """
@@ -94,8 +94,8 @@ def rope_with_sin_cos_cache(positions, query, key, cos_sin_cache, head_size, mro
 def rope_with_sin_cos_cache_terms(positions, query, key, cos_sin_cache, head_size, mrope_section=None,
                                   is_neox_style=True, *, soc=None, out_dtype=None) -> dict[str, OutputTerms]:
     """Tolerance terms of both outputs (docs/rope_with_sin_cos_cache.md §3): elementwise; S is
-    |x*cos| + |rot*sin| on the rotated part (the formula block on absolute values,
-    ``rope_elementwise_sum_abs``) and |x| on the part passed through, given for float32/float64
+    ``|x*cos| + |rot*sin|`` on the rotated part (the formula block on absolute values,
+    ``rope_elementwise_sum_abs``) and ``|x|`` on the part passed through, given for float32/float64
     outputs only (None for 16-bit ones)."""
     out_dtype = check_out_dtype(out_dtype, "rope_with_sin_cos_cache_terms")
     a = check_rope_cache_args("rope_with_sin_cos_cache", positions, query, key, cos_sin_cache,

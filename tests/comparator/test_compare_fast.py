@@ -135,6 +135,7 @@ DTYPES = [(np.float32, "float32"), (np.float16, "float16"), (BF16, "bfloat16"),
 KINDS = ["identical", "ulp", "gross", "special", "small", "edge"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype,dname", DTYPES, ids=[d for _, d in DTYPES])
 @pytest.mark.parametrize("kind", KINDS)
 def test_fast_equals_reference_every_standard(dtype, dname, kind):
@@ -208,6 +209,7 @@ def test_fused_ulp_histogram_against_frexp():
     assert res.metrics.ulp_hist == want.tolist()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("bug", [None, "truncation", "lost_minus"])
 def test_compare_fast_flag_same_report_on_a_spec_case(dtype, bug):

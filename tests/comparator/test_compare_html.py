@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import io
 import re
-import shutil
 
 import numpy as np
 import pytest
@@ -23,6 +22,7 @@ from refspec.comparator.pictures import heatmap_svg, integer_ticks
 from refspec.comparator.render_html import render_html
 from refspec.goldens.cases import CaseData
 from refspec.goldens.example import rope_grad_case
+from browser import launch, needs_chromium
 
 #: sweep-style case ids: long, with no spaces to break at
 LONG = "rope_grad/soc=A2/mode=interleave/layout=BSND/cos=B1SD/dtype=bfloat16/x=1/dist=vendor/"
@@ -93,22 +93,14 @@ def test_worst_list_marks_failing_elements(report):
     assert "class='ok'" in section                 # the others are marked as within the rule
 
 
-def _chromium():
-    for name in ("chromium", "chromium-browser"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
-
-
-@pytest.mark.skipif(_chromium() is None, reason="no Chromium installed (apt-get install chromium)")
+@needs_chromium
 @pytest.mark.parametrize("viewport", [1280, 1400])
 def test_html_in_a_browser(report, tmp_path, viewport):
     from playwright.sync_api import sync_playwright
     path = tmp_path / "r.html"
     path.write_text(render_html(report))
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=_chromium(), args=["--no-sandbox"])
+        browser = launch(p)
         try:
             page = browser.new_page(viewport={"width": viewport, "height": 900})
             page.goto(path.as_uri())

@@ -74,6 +74,7 @@ def test_torch_forwards_through_autograd_pass_every_case_in_every_dtype(smoke, t
         "a negative case of norm_rope_concat_backward"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bug", ["SWAPPED_HALVES", "WRONG_SIN_PARTNER", "LOST_MINUS"])
 def test_broken_torch_forwards_fail_naming_an_element(smoke, bug):
     res = run(smoke, "--impl", f"{TORCH_FORWARD}:{bug}", "--framework", "torch", "--autograd",
@@ -92,6 +93,7 @@ def test_a_missing_rejection_fails_the_negative_cases(smoke):
     assert not ELEMENT.search(res.output)        # the numbers themselves are right
 
 
+@pytest.mark.slow
 def test_numpy_backwards_pass_and_their_broken_variants_fail(smoke, tmp_path):
     res = run(smoke, "--impl", NUMPY_FLOAT32, "--json", tmp_path / "r.json")
     assert res.exit_code == 0, res.output[-3000:]
@@ -241,6 +243,7 @@ def test_usage_errors_are_one_line(smoke, tmp_path):
         assert res.stderr.count("\n") == 1 and needle in res.stderr, (args, res.stderr)
 
 
+@pytest.mark.slow
 def test_jobs_and_a_dask_cluster_give_the_serial_report(smoke):
     distributed = pytest.importorskip("distributed")
     impl = Implementation(f"{NUMPY_FLOAT32}:LOST_MINUS", repeat=0)
@@ -257,6 +260,7 @@ def test_jobs_and_a_dask_cluster_give_the_serial_report(smoke):
         assert content(refspec.compare(smoke, impl, scheduler=cluster.scheduler_address)) == serial
 
 
+@pytest.mark.slow
 def test_the_pytest_plugin_makes_one_item_per_case(smoke, tmp_path):
     def pytest_run(*args):
         return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",

@@ -73,6 +73,7 @@ def test_split_balances_work_and_keeps_sweep_order(sweep):
     assert split(cases, 4) == parts                 # deterministic
 
 
+@pytest.mark.slow
 def test_jobs_2_writes_parts_that_the_index_links_and_pack_joins(sweep, whole, tmp_path):
     out = tmp_path / "j2.h5"
     summary = generate(sweep, sweep.cases(), out, jobs=2)
@@ -202,6 +203,7 @@ def test_resume_keeps_the_recorded_split(sweep, tmp_path):
     assert summary.parts == 3 and summary.cases == len(cases)
 
 
+@pytest.mark.slow
 def test_dask_cluster_writes_the_same_file(sweep, whole, tmp_path):
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,

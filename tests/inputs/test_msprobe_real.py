@@ -17,6 +17,8 @@ from refspec.inputs.msprobe_dump import open_dumps, split_record
 
 from cli_helpers import assert_user_error, invoke as run
 
+pytestmark = pytest.mark.slow      # msprobe's own runs: seconds per test
+
 API = "NPU.npu_rotary_mul"
 
 
@@ -306,7 +308,6 @@ def test_a_name_no_record_has_lists_the_apis_and_modules_there_are(msprobe_run, 
 
 # --- item: check-dump says why the spec rejects a call -------------------------------------------
 
-@pytest.mark.slow
 def test_check_dump_says_which_rule_rejects_a_call(msprobe_run, tmp_path):
     """D = 1024: A2 takes D < 896 (docs/rope.md section 5)."""
     dump = msprobe_run(level="L1", shape=[1, 2, 1, 1024])

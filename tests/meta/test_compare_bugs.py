@@ -19,6 +19,8 @@ from implementations import attrs_of
 from refspec.comparator import compare
 from case_grids import nrc_cases, rope_cases
 
+pytestmark = pytest.mark.slow      # grids of cases judged per bug: seconds per test
+
 #: docs/compare.md, Ascend mixed tolerance (rtol = atol)
 ASCEND = {"float32": 2.0 ** -13, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
 

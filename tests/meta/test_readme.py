@@ -1,17 +1,19 @@
 """The README's example runs and prints what it says it prints."""
 
+import configparser
 import json
 import re
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import refspec
 from refspec import ops
 from refspec.inputs.tensor_files import tensor_dtype
 from refspec.spec.dtypes import bfloat16
-from repo_paths import CI, README, TESTS
+from repo_paths import CI, README, REPO, TESTS
 
 
 def _python_blocks():
@@ -36,6 +38,24 @@ def test_readme_setup_commands_come_first():
     assert commands[0].endswith("refspec generate -o smoke.h5")
     assert "python -m pytest -q" in commands[1] and ".[test]" in commands[1]
     assert "python -m pytest -q" in CI.read_text()
+
+
+def test_readme_says_how_long_the_tests_run_and_how_to_run_a_quick_subset():
+    """The README says how long the test command runs on a 2-core machine, and gives a quicker
+    command that leaves out the tests of a pytest marker setup.cfg declares and tests use, with
+    its time too."""
+    text = " ".join(README.read_text().split())
+    assert re.search(r"The test command runs for about \d+ minutes on a 2-core machine", text)
+    quick = re.search(r'`python -m pytest -q -m "not (\w+)"`', text)
+    assert quick, "the README gives no quick subset by a marker"
+    marker = quick.group(1)
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg")
+    declared = [line.split(":")[0].strip() for line in cfg["tool:pytest"]["markers"].splitlines()]
+    assert marker in declared, (marker, declared)
+    marked = [p.name for p in TESTS.rglob("test_*.py") if f"pytest.mark.{marker}" in p.read_text()]
+    assert len(marked) >= 5, marked
+    assert re.search(r"in about \d+ minutes", text[quick.end():quick.end() + 400])
 
 
 def _walkthrough():
@@ -80,6 +100,7 @@ def _harness(cases):
         (folder / "status.json").write_text(json.dumps({"code": 0}))
 
 
+@pytest.mark.slow
 def test_readme_walkthrough_ends_in_pass_for_one_chip(tmp_path):
     """The command-line walkthrough runs as written, for one chip (--soc A2), on a tier that
     finishes in seconds; with a correct kernel in the harness step it ends in PASS with no

@@ -13,6 +13,8 @@ import pytest
 
 from repo_paths import DOCS
 
+pytestmark = pytest.mark.slow      # each module runs in its own torch process: seconds per test
+
 pytest.importorskip("torch")
 
 STAND_IN = '''
