@@ -52,7 +52,7 @@ def pytest_collection_modifyitems(session, config, items):
     if not impl:
         raise pytest.UsageError("--refspec-golden needs --refspec-impl MODULE (the implementation "
                                 "to judge)")
-    from .comparator.implementation import Implementation
+    from .comparator.sources.implementation import Implementation
     source = _Source(Implementation(impl, config.getoption("refspec_framework"),
                                     config.getoption("refspec_device"),
                                     config.getoption("refspec_autograd"),
@@ -72,8 +72,8 @@ class _Source:
 
     def get(self):
         if self._opened is None:
-            from .comparator.frameworks import FrameworkError
-            from .comparator.implementation import ImplementationError
+            from .comparator.sources.frameworks import FrameworkError
+            from .comparator.sources.implementation import ImplementationError
             try:
                 self._opened = self.implementation.open()
             except (ImplementationError, FrameworkError) as exc:

@@ -16,8 +16,8 @@ A failure raises ``AssertionError`` whose first line is the message of the faili
 from __future__ import annotations
 
 from .comparator import compare
-from .comparator.memory_case import spec_case
-from .comparator.report import Report
+from .comparator.reports.report import Report
+from .comparator.sources.memory_case import spec_case
 
 __all__ = ["assert_matches_golden", "assert_allclose_to_spec"]
 

@@ -23,7 +23,7 @@ def _run(golden, impl, framework, device, autograd, repeat, require_all, **optio
     `refspec compare`: same standards, statuses and reports. --framework torch passes tensors on
     --device; --autograd judges the backward cases through the forward functions and torch
     autograd. Each case's median time of --repeat calls goes into the reports."""
-    from ..comparator.implementation import Implementation
+    from ..comparator.sources.implementation import Implementation
 
     return judge(golden, lambda: (Implementation(impl, framework, device, autograd, repeat), None),
                  only_present=not require_all, **options)

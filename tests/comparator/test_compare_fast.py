@@ -20,11 +20,11 @@ import pytest
 
 from refspec.goldens.cases import CaseData
 from refspec.comparator import resolve_rule
-from refspec.comparator.actuals import ArrayActual
-from refspec.comparator.judge import JudgeOptions, judge_output
-from refspec.comparator.metrics import ULP_BIN_EXPONENTS
-from refspec.comparator.memory_case import MemoryCase
-from refspec.comparator.standards import STANDARD_NAMES
+from refspec.comparator.sources.arrays import ArrayActual
+from refspec.comparator.judging.judge import JudgeOptions, judge_output
+from refspec.comparator.judging.metrics import ULP_BIN_EXPONENTS
+from refspec.comparator.sources.memory_case import MemoryCase
+from refspec.comparator.judging.standards import STANDARD_NAMES
 from refspec.spec.terms import OutputTerms
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -214,7 +214,7 @@ def test_compare_fast_flag_same_report_on_a_spec_case(dtype, bug):
     """Through the public API, on a RoPE grad case computed by the spec (dx elementwise with the
     evaluation bound, dcos/dsin reductions with S), judged against a device-like kernel."""
     from refspec.comparator import compare
-    from refspec.comparator.memory_case import spec_case
+    from refspec.comparator.sources.memory_case import spec_case
     from implementations import rope_grad
 
     rng = np.random.default_rng(3)

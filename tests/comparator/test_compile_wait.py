@@ -10,8 +10,8 @@ import sys
 import numpy as np
 
 from refspec.comparator import compare
-from refspec.comparator.memory_case import spec_case
-from refspec.comparator.options import COMPILED_ABOVE
+from refspec.comparator.sources.memory_case import spec_case
+from refspec.comparator.judging.options import COMPILED_ABOVE
 
 
 def _case(shape, seed=0):
@@ -38,7 +38,7 @@ SCRIPT = """
 import sys, numpy as np
 sys.path.insert(0, {tests!r})
 from test_compile_wait import _case
-import refspec.comparator.measure as measure
+import refspec.comparator.judging.measure as measure
 measure.NOTICE_SECONDS = 0.0
 from refspec.comparator import compare
 case = _case({shape})

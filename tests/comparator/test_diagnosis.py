@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from refspec import ops
 from refspec.cli import main
 from refspec.comparator import compare
-from refspec.comparator.diagnosis import KINDS
+from refspec.comparator.diagnosis.findings import KINDS
 from refspec.goldens import GoldenFile
 
 IMPLS = Path(__file__).resolve().parents[1] / "impls"
@@ -259,11 +259,12 @@ def test_the_pytest_plugin_shows_the_diagnosis(smoke, tmp_path):
 def test_a_large_output_is_diagnosed_on_whole_rows_of_its_first_axis():
     """An output above SAMPLE_ELEMENTS is read in evenly spaced rows of its first axis: the
     generic findings still name the mistake, and where it lies along the inner axes."""
-    from refspec.comparator import diagnosis
-    from refspec.comparator.memory_case import spec_case
+    from refspec.comparator.diagnosis.diagnose import sample_rows
+    from refspec.comparator.diagnosis.findings import SAMPLE_ELEMENTS
+    from refspec.comparator.sources.memory_case import spec_case
     rng = np.random.default_rng(5)
     B, N, S, D = 64, 4, 64, 128                      # 2^21 elements, twice the sample
-    assert B * N * S * D > diagnosis.SAMPLE_ELEMENTS
+    assert B * N * S * D > SAMPLE_ELEMENTS
     x = rng.standard_normal((B, N, S, D)).astype(np.float32)
     theta = rng.uniform(0, 6.3, (1, 1, S, D)).astype(np.float32)
     case = spec_case("rope", x=x, cos=np.cos(theta), sin=np.sin(theta), mode=0, soc="A2")
@@ -275,5 +276,5 @@ def test_a_large_output_is_diagnosed_on_whole_rows_of_its_first_axis():
     assert "region" in kinds, [f.line() for f in r.diagnosis]
     region = next(f for f in r.diagnosis if f.kind == "region" and f.detail["axis"] == "D")
     assert region.detail["ranges"] == [[D // 2, D]]
-    rows = diagnosis.sample_rows((B, N, S, D))
-    assert rows[0] == 0 and rows[-1] == B - 1 and rows.size * N * S * D <= diagnosis.SAMPLE_ELEMENTS
+    rows = sample_rows((B, N, S, D))
+    assert rows[0] == 0 and rows[-1] == B - 1 and rows.size * N * S * D <= SAMPLE_ELEMENTS

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from refspec.comparator import CompareUsageError, compare
-from refspec.comparator.dump_source import golden_mapping, msprobe_source
+from refspec.comparator.sources.msprobe_dumps import golden_mapping, msprobe_source
 from refspec.goldens.example import rope_grad_case
 from refspec.inputs.msprobe_calls import describe_dump
 from refspec.inputs.user_cases import write_user_cases

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import re
 
-from refspec.comparator.metrics import Element, Metrics
-from refspec.comparator.naming import format_ratio
-from refspec.comparator.render_html import render_html
-from refspec.comparator.render_text import render_text, row_cells, terminal_width
-from refspec.comparator.report import STATUS_ROW, NotRun, OutputResult, Report
+from refspec.comparator.judging.metrics import Element, Metrics
+from refspec.comparator.judging.naming import format_ratio
+from refspec.comparator.reports.render_html import render_html
+from refspec.comparator.reports.render_text import render_text, row_cells, terminal_width
+from refspec.comparator.judging.outcomes import STATUS_ROW, NotRun, OutputResult
+from refspec.comparator.reports.report import Report
 from refspec.pytest_plugin import failure_text
 
 CASE = "rope_grad/soc=A2/mode=half/layout=BNSD/cos=11SD/dtype=float16/x=0/dist=position-coded/B2N3S4D8"

@@ -132,7 +132,7 @@ def test_correct_implementations_pass_every_standard_case(tmp_path_factory):
     import shutil
 
     from refspec.comparator import compare
-    from refspec.comparator.implementation import Implementation
+    from refspec.comparator.sources.implementation import Implementation
     impl = Implementation(str(Path(__file__).resolve().parent.parent / "impls" / "numpy_float32.py")
                           + ":EVERY", repeat=0)
     sweep = _builtin_sweep("standard")
