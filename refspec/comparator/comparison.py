@@ -85,8 +85,8 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
     ``STANDARD_NAMES``; ``rtol``/``atol`` override its numbers for this run.
     ``saturation``: accept max-finite where the golden is an infinity (both clipped).
     ``fast``: None (the default) judges outputs of more than 2^16 elements by the compiled
-    fused pass and the others by the NumPy oracle (the same report, and nothing to compile for
-    a small comparison); True the fused pass for every output, False the oracle for every one
+    pass and the others by the NumPy pass (the same report, and nothing to compile for a small
+    comparison); True the compiled pass for every output, False the NumPy pass for every one
     (slower; for checking and benchmarks). ``status``: the status the kernel
     returned (0: accepted; else its aclnn code), an int for one case or ``{case_id: code}``;
     it takes the place of the ``status.json`` files of a directory. ``only_present``: cases

@@ -1,11 +1,12 @@
 """``measure``: the metrics of one output in one pass over its blocks (docs/compare.md,
 "Judging" and "Reports").
 
-The blocks of the golden's plan (``refspec.comparator.streaming.plan_blocks``) are read side by
-side from the exact golden, the actual and, when the rule needs them, the rounded golden and the
-sums of |terms|; each block goes through ``BlockJudge`` (the fused pass, blocks in threads with
-``options.pool``; for outputs the oracle judges, ``uses_fused``, the NumPy oracle) into one
-``Accumulator``.
+The blocks of the golden's plan (``streaming.plan_blocks``) are read side by side from the
+exact golden, the actual and, when the rule needs them, the rounded golden and the sums of
+|terms|; each block goes through the compiled pass (``compiled_blocks.CompiledBlocks``, blocks in
+threads with ``options.pool``) or, for the outputs ``uses_compiled`` leaves to it, the NumPy
+pass (``numpy_pass.numpy_block``), under the rule's ``bounds.ElementBounds``, into one
+``metrics.Accumulator``.
 """
 
 from __future__ import annotations
@@ -18,16 +19,17 @@ from concurrent.futures import wait
 import numpy as np
 
 from ...spec.errors import one_line
-from . import numpy_pass
-from .compiled_blocks import BlockJudge
+from .bounds import element_bounds
+from .compiled_blocks import CompiledBlocks
 from .golden_output import GoldenOutput
 from .metrics import Accumulator, Metrics
+from .numpy_pass import numpy_block
 from .options import COMPILED_ABOVE
 from .standards import SMALL_VALUES, Rule
 from .streaming import BlockReader, plan_blocks
 
 __all__ = ["measure", "MeasureProblem", "Benchmark", "block_plan", "heat_axes", "in_order",
-           "uses_fused"]
+           "uses_compiled"]
 
 _LOG = logging.getLogger("refspec")
 #: seconds the first compiled block may take before the compile notice is logged
@@ -61,16 +63,17 @@ def measure(case, golden: GoldenOutput, actual, rule: Rule | None, options,
     none of its own; ``heat`` (shape, axis i, axis j or None) keeps the 2-D max-badness map.
     ``MeasureProblem`` when a block cannot be read."""
     small = SMALL_VALUES.get(golden.dtype_name, SMALL_VALUES["float32"])
-    bj = BlockJudge(rule, golden.dtype, golden.K, Accumulator(small, options.top, heat),
-                    options.saturation)
+    bounds = element_bounds(rule, golden.dtype, golden.K, options.saturation)
+    acc = Accumulator(small, options.top, heat)
     plan = block_plan(golden, options.read_elements)
-    readers = _readers(case, golden, bj, sum_abs)
+    readers = _readers(case, golden, bounds, sum_abs)
     try:
-        if uses_fused(golden, options):
-            _fused_pass(bj, readers, actual, plan, options.pool if heat is None else None)
+        if uses_compiled(golden, options):
+            _compiled_pass(CompiledBlocks(bounds, acc), readers, actual, plan,
+                           options.pool if heat is None else None)
         else:
             for key, flat0, count in plan:
-                numpy_pass.block_reference(bj, *_load(readers, actual, key, flat0, count))
+                numpy_block(bounds, acc, *_load(readers, actual, key, flat0, count))
     except _ActualUnreadable as exc:
         raise MeasureProblem("unreadable", f"{actual.source}: {exc}") from None
     except Exception as exc:
@@ -79,13 +82,13 @@ def measure(case, golden: GoldenOutput, actual, rule: Rule | None, options,
         for rd in readers:
             if rd is not None:
                 rd.close()
-    return bj.acc.finish()
+    return acc.finish()
 
 
-def uses_fused(golden: GoldenOutput, options) -> bool:
+def uses_compiled(golden: GoldenOutput, options) -> bool:
     """Whether the output goes through the compiled pass: always with ``options.fast`` True,
     never with False, and when None only above ``COMPILED_ABOVE`` elements (below, the NumPy
-    oracle gives the same report without waiting for a compiler)."""
+    pass gives the same report without waiting for a compiler)."""
     if options.fast is not None:
         return bool(options.fast)
     return int(np.prod(golden.shape, dtype=np.int64)) > COMPILED_ABOVE
@@ -97,11 +100,11 @@ def block_plan(golden: GoldenOutput, read_elements: int) -> list:
     return list(plan_blocks(golden.shape, read_elements, getattr(golden.exact, "chunks", None)))
 
 
-def _readers(case, golden, bj, sum_abs) -> tuple:
+def _readers(case, golden, bounds, sum_abs) -> tuple:
     """Block readers of the exact golden, the rounded golden and the sums of |terms| (None for
     what the rule does not use)."""
-    expected = case.expected[golden.name] if bj.needs_expected else None
-    if not bj.uses_sum_abs:
+    expected = case.expected[golden.name] if bounds.needs_expected else None
+    if not bounds.uses_sum_abs:
         sum_abs = None
     elif golden.name in case.sum_abs:
         sum_abs = case.sum_abs[golden.name]
@@ -110,17 +113,17 @@ def _readers(case, golden, bj, sum_abs) -> tuple:
             None if sum_abs is None else BlockReader(sum_abs, np.float64))
 
 
-def _fused_pass(bj, readers, actual, plan, pool) -> None:
-    """Each block through the fused pass (side by side with ``pool`` when there are several),
-    merged in flat order."""
+def _compiled_pass(blocks: CompiledBlocks, readers, actual, plan, pool) -> None:
+    """Each block through the compiled pass (side by side with ``pool`` when there are
+    several), merged in flat order."""
     def work(key, flat0, count):
-        return bj.compute(*_load(readers, actual, key, flat0, count))
+        return blocks.compute(*_load(readers, actual, key, flat0, count))
 
     notice = _compile_notice()
     try:
         for out in in_order(pool if len(plan) > 1 else None, work, plan):
             notice.cancel()
-            bj.merge(out)
+            blocks.merge(out)
     finally:
         notice.cancel()
 

@@ -20,7 +20,7 @@ from .streaming import READ_ELEMENTS
 __all__ = ["CompareOptions", "COMPILED_ABOVE"]
 
 
-#: outputs of at most this many elements are judged by the NumPy oracle when ``fast`` is None
+#: outputs of at most this many elements are judged by the NumPy pass when ``fast`` is None
 COMPILED_ABOVE = 1 << 16
 
 
@@ -40,9 +40,10 @@ class CompareOptions:
     heatmap_axes: str | None = None      # two axis letters, e.g. "SD"; None: the last two
     heatmaps: bool = False               # keep a 2-D max-badness map (for the HTML report)
     read_elements: int = READ_ELEMENTS
-    #: None: the fused pass for outputs of more than ``COMPILED_ABOVE`` elements, the NumPy
-    #: oracle (oracle.py, the same report) for the others, so small comparisons never wait for
-    #: numba to compile; True: the fused pass for every output; False: the oracle for every one
+    #: None: the compiled pass for outputs of more than ``COMPILED_ABOVE`` elements, the NumPy
+    #: pass (numpy_pass.py, the same report) for the others, so small comparisons never wait
+    #: for numba to compile; True: the compiled pass for every output; False: the NumPy pass
+    #: for every one
     fast: bool | None = None
     pool: object = None                  # an Executor: blocks of one output side by side
     cases: tuple | list | str | None = None       # ids or shell patterns

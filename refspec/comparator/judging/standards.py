@@ -20,7 +20,7 @@ from ...spec.terms import COPY, ELEMENTWISE, REDUCTION, ROW_REDUCTION
 __all__ = ["Standard", "Rule", "STANDARDS", "STANDARD_NAMES", "ASCEND_MIXED", "TORCH_DEFAULTS",
            "VENDOR_THRESHOLDS", "SMALL_VALUES", "RATIO_LEVELS", "C_REDUCTION",
            "TERM_ROUNDINGS", "ROUNDING_SLACK_U32", "ELEMENT_ROUNDINGS", "UNDERFLOW", "resolve_rule",
-           "standard_table"]
+           "element_rule", "standard_table"]
 
 SOURCE = "docs/compare.md, Standards"
 
@@ -270,6 +270,15 @@ def resolve_rule(standard: str, dtype: str, cls: str, K: int | None, *, rtol=Non
                        atol=rule.atol if atol is None else float(atol),
                        data_atol=False, hard_bound=False, rounding_gate=False, eval_bound=False,
                        notes=rule.notes + ("numbers overridden for this run",))
+    return rule
+
+
+def element_rule(rule: Rule, dtype: str, K: int | None) -> Rule:
+    """The rule an element is held to: ``rule`` itself, except for the ratio standard, which
+    judges whole outputs, not elements: its elements are held to the default standard's checks
+    (elementwise without reduced terms, a reduction with them)."""
+    if rule.ratio_level:
+        return STANDARDS["default"].rule(dtype, REDUCTION if K else ELEMENTWISE, K)
     return rule
 
 
