@@ -17,7 +17,7 @@ from ..goldens.format import UnknownCaseError
 from ..goldens.selection import operator_ids, select_ids
 from ..spec.errors import one_line
 from .diagnosis.diagnose import diagnose_output
-from .judging.benchmark import BenchmarkUnavailable, float32_benchmark, unattainable
+from .judging.benchmark import Attainable, BenchmarkUnavailable, float32_benchmark
 from .judging.case_statuses import judge_status, math_only_note
 from .judging.golden_output import golden_output
 from .judging.judge import JudgedOutput, judge
@@ -157,7 +157,7 @@ def _check_arrays_of_one_case(actual, n_cases) -> None:
 
 def _judge_cases(case_iter, n_cases, source, statuses, options, report, progress) -> None:
     """Each case in turn: its status, then its outputs (blocks side by side in a thread pool
-    of at most ``MAX_THREADS``, for the fused pass)."""
+    of at most ``MAX_THREADS``, for the compiled pass)."""
     threads = min(len(os.sched_getaffinity(0)), MAX_THREADS) if options.fast is not False else 1
     pool = ThreadPoolExecutor(threads, thread_name_prefix="refspec-compare") if threads > 1 \
         else None
@@ -261,30 +261,10 @@ def _statuses(status, n_cases):
     raise CompareUsageError(f"status: give an integer code or {{case_id: code}}, not "
                             f"{type(status).__name__}")
 
-def _beyond_arithmetic(res: OutputResult, case, why: str | None) -> str:
-    """A failing output of a case whose goldens a kernel computing in its own arithmetic cannot
-    attain (``benchmark.unattainable``: ``why``, found once per case) is ``too_strict``, not a
-    kernel failure; returns ``why``."""
-    if why is None:
-        try:
-            why = unattainable(case)
-        except Exception as exc:  # inputs the check cannot read: judged as they are
-            why = ""
-            res.hint = ("whether a kernel's arithmetic can attain this case is unknown: "
-                        f"{one_line(exc)}")
-    if why:
-        res.status = "too_strict"
-        res.reason += (f"; the case is beyond a kernel's own arithmetic: {why}, where the golden "
-                       "is finite (not a kernel failure)")
-        res.message += " [golden beyond the kernel's arithmetic]"
-        res.hint = f"{why}: the inputs, not the kernel, are out of range"
-    return why
-
-
-
 def _judge_case(case, source, opts: CompareOptions, report: Report, has_status: bool) -> None:
-    """Each output of a case that ran: looked up, its rule resolved, judged (``judge``); a
-    failing one checked against what a kernel's own arithmetic can attain."""
+    """Each output of a case that ran: looked up, its rule resolved, judged (``judge``: a
+    failing one diagnosed, and checked against what a kernel's own arithmetic can attain, asked
+    once for the case)."""
     context = context_of(case.op, case.params)
     goldens_, lookups = _lookups(case, source)
     if lookups and not has_status and all(isinstance(v, Problem) and v.status == "missing"
@@ -293,7 +273,7 @@ def _judge_case(case, source, opts: CompareOptions, report: Report, has_status: 
                                      or "no output and no status"))
         return
     bench, bench_error = _ratio_benchmark(case, opts)
-    beyond = None
+    attainable = Attainable(case)
     for name in case.output_names:
         try:
             golden = goldens_.get(name) or golden_output(case, name)
@@ -315,9 +295,8 @@ def _judge_case(case, source, opts: CompareOptions, report: Report, has_status: 
             continue
         res = judge(JudgedOutput(case, golden, lookups[name], rule, opts,
                                  None if bench is None else bench.get(name),
-                                 diagnose=diagnose_output if opts.diagnose else None), context)
-        if res.status == "fail":
-            beyond = _beyond_arithmetic(res, case, beyond)
+                                 diagnose=diagnose_output if opts.diagnose else None,
+                                 attainable=attainable), context)
         report.results.append(res)
 
 

@@ -14,8 +14,9 @@ import numpy as np
 
 from ... import ops
 from ...spec.dtypes import round_to
+from ...spec.errors import one_line
 
-__all__ = ["BenchmarkUnavailable", "float32_benchmark", "unattainable"]
+__all__ = ["BenchmarkUnavailable", "float32_benchmark", "unattainable", "Attainable"]
 
 
 class BenchmarkUnavailable(Exception):
@@ -41,3 +42,21 @@ def unattainable(case) -> str:
     if check is None or getattr(case, "expected_error", None) is not None:
         return ""
     return check(record.call_of(case.params, case.input_arrays()))
+
+
+class Attainable:
+    """Whether a kernel computing in its own arithmetic can attain a case's goldens, asked once
+    per case, on its first failing output: ``answer()`` gives (why it cannot, "" when it can;
+    why the question could not be answered, "" when it could)."""
+
+    def __init__(self, case):
+        self.case = case
+        self._answer = None
+
+    def answer(self) -> tuple[str, str]:
+        if self._answer is None:
+            try:
+                self._answer = (unattainable(self.case), "")
+            except Exception as exc:  # inputs the check cannot read: judged as they are
+                self._answer = ("", one_line(exc))
+        return self._answer

@@ -29,7 +29,8 @@ from .floatinfo import U_ACC, FloatInfo, bits_of, float_info
 from .standards import C_REDUCTION, ELEMENT_ROUNDINGS, ROUNDING_SLACK_U32, TERM_ROUNDINGS, \
     UNDERFLOW, Rule
 
-__all__ = ["ElementBounds", "element_bounds", "badness"]
+__all__ = ["ElementBounds", "element_bounds", "badness", "admits_rounding",
+           "rounding_may_fail", "rounded_counts"]
 
 
 @dataclass(frozen=True)
@@ -55,10 +56,16 @@ class ElementBounds:
     eval_underflow: float = ELEMENT_ROUNDINGS * UNDERFLOW
 
     @property
+    def counts_rounded(self) -> bool:
+        """The pass counts what the too-strict question needs (``Metrics.rounded_failures``):
+        the rule may fail a correctly rounded value (``rounding_may_fail``)."""
+        return self.rule is not None and rounding_may_fail(self.rule, self.dtype)
+
+    @property
     def needs_expected(self) -> bool:
-        """The checks read the golden rounded to the output dtype."""
+        """The pass reads the golden rounded to the output dtype."""
         r = self.rule
-        return bool(r and (r.bitwise or r.exempt_rounded))
+        return bool(r and (r.bitwise or r.exempt_rounded)) or self.counts_rounded
 
     @property
     def uses_sum_abs(self) -> bool:
@@ -78,6 +85,35 @@ def element_bounds(rule: Rule | None, dtype, K: int | None,
         underflow=k * UNDERFLOW,
         gamma_e=ELEMENT_ROUNDINGS * U_ACC / (1 - ELEMENT_ROUNDINGS * U_ACC),
         c_sqrt_k=C_REDUCTION * math.sqrt(k0) * U_ACC)
+
+
+def admits_rounding(rule: Rule, dtype) -> bool:
+    """True when the rule accepts every correctly rounded value by construction, so it cannot
+    be stricter than the dtype: bit-identity with the rounded golden, a limit that includes half
+    an ulp (rounding gate, hard bound), or rtol >= 2^-(m+1) (half an ulp relative to |g| in any
+    binade) with atol >= half the subnormal spacing, on every element and without a cap."""
+    if rule.bitwise or rule.rounding_gate or rule.hard_bound:
+        return True
+    if rule.rtol is None or rule.pass_fraction < 1 or rule.max_abs_cap is not None:
+        return False
+    info = float_info(dtype)
+    return rule.rtol >= 2.0 ** -(info.mant + 1) and (rule.atol or 0.0) >= info.tiny_ulp / 2
+
+
+def rounding_may_fail(rule: Rule, dtype) -> bool:
+    """Whether the too-strict question applies to ``rule`` (docs/compare.md, "Too strict"): it
+    may fail a correctly rounded value (``admits_rounding`` False), it is not the ratio
+    standard's, and it does not already exempt the rounded golden."""
+    return not rule.ratio_level and not rule.exempt_rounded and not admits_rounding(rule, dtype)
+
+
+def rounded_counts(a, e, ad, bad) -> tuple[int, float]:
+    """(elements over the rule whose bits equal the rounded golden, the largest |a - g| of those
+    whose bits do not) of numeric elements: ``a`` in the output dtype, ``e`` the rounded golden,
+    ``ad`` = |a - g|, ``bad`` their badness."""
+    same = bits_of(a) == bits_of(e)
+    rest = ad[~same]
+    return int(np.count_nonzero(same & (bad > 1.0))), float(rest.max()) if rest.size else 0.0
 
 
 def badness(bounds: ElementBounds, aeS, ad, ag, ulp, ulps) -> np.ndarray:

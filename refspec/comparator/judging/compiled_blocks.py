@@ -42,7 +42,8 @@ class CompiledBlocks:
         r, info = b.rule, b.info
         on = dict.fromkeys(FLAGS, 0)
         geometry = acc.heat_geometry()
-        on.update(has_rule=int(r is not None), top=int(acc.top), heat=int(geometry is not None))
+        on.update(has_rule=int(r is not None), top=int(acc.top), heat=int(geometry is not None),
+                  counts_rounded=int(b.counts_rounded))
         numbers = dict.fromkeys(PARAMS, 0.0)
         if r is not None:
             on.update(bitwise=r.bitwise, has_rtol=r.rtol is not None, data_atol=r.data_atol,

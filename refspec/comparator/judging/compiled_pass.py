@@ -1,18 +1,19 @@
-"""The fused step: every per-element quantity of one block in one compiled pass (numba).
+"""The compiled pass: every per-element quantity of one block in one fused loop (numba).
 
-``fused_block`` computes, element by element, exactly the operations of the NumPy oracle
-(``refspec.comparator.oracle``, docs/compare.md "Judging"): the
-actual decoded from its bits to float64, d = a - g, |d|, the dtype's spacing at |g| (a power of
-two from the exponent bits of g), ulps = |d| / spacing, the badness of the rule's checks in the
-reference's order of operations, and accumulates what ``refspec.comparator.metrics.
-Accumulator`` keeps: counts, maxima with their elements (first occurrence), the ulp histogram,
-the small-value counts, the relative errors, the top-k worst elements under the report's total
-order (badness, then |a - g| descending, then flat index ascending) and the optional 2-D map.
-The float sums behind RMSE, cosine similarity and the mean relative error are added in four
-lanes per chunk of ``CHUNK`` elements, so they agree with the reference's per-step sums to
-a few float64 roundings, not bit for bit. Elements that are not numeric (NaN or an infinity
-in the actual, a golden that rounds to an infinity) are only listed: the caller judges them as
-the oracle does.
+``fused_block`` computes, element by element, exactly the operations of the NumPy pass
+(``refspec.comparator.judging.numpy_pass``, docs/compare.md "Judging"): the actual decoded from
+its bits to float64, d = a - g, |d|, the dtype's spacing at |g| (a power of two from the exponent
+bits of g), ulps = |d| / spacing, the badness of the rule's checks in the order of operations of
+``refspec.comparator.judging.bounds.badness``, and accumulates what
+``refspec.comparator.judging.metrics.Accumulator`` keeps: counts, maxima with their elements
+(first occurrence), the ulp histogram, the small-value counts, the relative errors, the top-k
+worst elements under the report's total order (badness, then |a - g| descending, then flat
+index ascending), what the too-strict question needs, and the optional 2-D map. The float sums
+behind RMSE, cosine similarity and the mean relative error are added in four lanes per chunk of
+``CHUNK`` elements, so they agree with the NumPy pass's per-step sums to a few float64
+roundings, not bit for bit. Elements that are not numeric (NaN or an infinity in the actual, a
+golden that rounds to an infinity) are only listed: the caller matches them
+(``refspec.comparator.judging.special_values``).
 
 Its arguments are named tuples (``Block``, ``Flags``, ``Params``, ``HeatMap``, ``Results``) and
 its result arrays are indexed by name (``INTS_AT``, ``FLOATS_AT``, ``ELEMENT_AT``).
@@ -38,9 +39,10 @@ __all__ = ["fused_block", "KIND", "FLAGS", "PARAMS", "INTS", "FLOATS", "ELEMENT"
 
 #: codes of the output dtypes (how the kernel decodes an actual's bits)
 KIND = {"float32": 0, "float16": 1, "bfloat16": 2, "float64": 3}
-#: the rule's switches (ints: 0 off) and the number of worst elements kept (``top``)
+#: the rule's switches (ints: 0 off), the number of worst elements kept (``top``), and
+#: ``counts_rounded``: count what the too-strict question needs (``Metrics.rounded_failures``)
 FLAGS = ("has_rule", "bitwise", "has_rtol", "data_atol", "hard_bound", "rounding_gate",
-         "eval_bound", "top", "heat", "exempt_rounded")
+         "eval_bound", "top", "heat", "exempt_rounded", "counts_rounded")
 #: the rule's numbers and the dtype's (floats)
 PARAMS = ("rtol", "atol", "c_sqrt_k", "gamma", "underflow", "gate_slack", "gamma_e",
           "eval_underflow", "overflow", "sv", "e_small", "mant", "lowest")
@@ -137,7 +139,8 @@ def fused_block(block, flags, params, heat, out):
     floats[FLOATS_AT.max_rel] = -1.0
     floats[FLOATS_AT.max_abs_small] = -1.0
     H = np.zeros((8, out.hist.size), np.int64)
-    bitwise = flags.has_rule != 0 and (flags.bitwise != 0 or flags.exempt_rounded != 0)
+    bitwise = flags.has_rule != 0 and (flags.bitwise != 0 or flags.exempt_rounded != 0
+                                       or flags.counts_rounded != 0)
     overflow = params.overflow
     for c0 in range(0, n, CHUNK):
         c1 = min(c0 + CHUNK, n)
@@ -261,6 +264,8 @@ def _chunk(c, flags, params, heat, out, hist):
             gv = c.G[k]
             c.B[k] = _bin(abs(c.A[k] - gv) * _inverse_spacing(gv, mant, lowest))
     cbad = _add_chunk(c, params, out, hist, mant, lowest)
+    if flags.counts_rounded != 0:
+        _count_rounded(c, out)
     T = flags.top
     if T > 0 and (out.ints[INTS_AT.n_top] < T or cbad >= out.top[T - 1, ELEMENT_AT.badness]):
         _keep_top(c, T, out, mant, lowest)
@@ -269,9 +274,29 @@ def _chunk(c, flags, params, heat, out, hist):
 
 
 @njit(inline="always")
+def _count_rounded(c, out):
+    """The chunk's elements over the rule whose value is the rounded golden's (same value, same
+    sign), and the largest |a - g| of the others (``bounds.rounded_counts``)."""
+    A, E, G, BAD = c.A, c.E, c.G, c.BAD
+    n = 0
+    mu = 0
+    for k in range(c.m):
+        av = A[k]
+        ev = E[k]
+        same = (ev == av) & (math.copysign(1.0, ev) == math.copysign(1.0, av))
+        n += 1 if same and BAD[k] > 1.0 else 0
+        x = 0 if same else _f64_bits(abs(av - G[k]))
+        mu = x if x > mu else mu
+    out.ints[INTS_AT.rounded_failures] += n
+    v = _bits_f64(mu)
+    if v > out.floats[FLOATS_AT.max_abs_unrounded]:
+        out.floats[FLOATS_AT.max_abs_unrounded] = v
+
+
+@njit(inline="always")
 def _badness(c, flags, params, mant, lowest):
     """``c.BAD``: |a - g| over what the rule allows (> 1 fails), in the reference's order of
-    operations (``refspec.comparator.oracle.badness``); 0 without a rule."""
+    operations (``refspec.comparator.judging.bounds.badness``); 0 without a rule."""
     has_rule = flags.has_rule != 0
     A, E, BAD = c.A, c.E, c.BAD
     if has_rule and flags.bitwise != 0:          # a copy: bit-identical to the rounded golden

@@ -2,11 +2,12 @@
 against the exact float64 golden, in blocks.
 
 ``judge`` is one pipeline: the inputs' problems (an unusable actual, another dtype or shape),
-``refspec.comparator.measure.measure`` (one pass over the blocks: the typed ``Metrics``), the
-verdict (``refspec.comparator.verdict``: the rule's aggregation, or the ratio standard's
-dual-benchmark ratios), then ``further_passes`` on an output that did not pass: too strict
-(docs/compare.md, "Too strict"), the float16/bfloat16 hint and the 2-D error map of the HTML
-report, each a small function that measures once more what it needs.
+``measure.measure`` (one pass over the blocks: the typed ``Metrics``, with what the later steps
+need: the counts of the too-strict question and, for the HTML report, the 2-D error map), the
+verdict (``verdict``: the rule's aggregation, or the ratio standard's dual-benchmark ratios),
+then ``further_steps`` on an output that did not pass: too strict (one step for both of its
+reasons, docs/compare.md "Too strict"), the float16/bfloat16 hint, the diagnosis, the error
+map's axes. No output is measured twice (the ratio standard measures its benchmark once too).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import numpy as np
 
 from ...spec.dtypes import dtype_name, resolve_dtype
 from ..sources.arrays import Problem
-from .floatinfo import TWINS, float_info
+from .benchmark import Attainable
+from .bounds import rounding_may_fail
+from .floatinfo import TWINS
 from .golden_output import GoldenOutput, golden_output
 from .measure import Benchmark, MeasureProblem, block_plan, heat_axes, measure
 from .options import CompareOptions
@@ -26,8 +29,12 @@ from .outcomes import OutputResult
 from .standards import Rule
 from .verdict import passes, verdict, verdict_ratio
 
-__all__ = ["JudgeOptions", "JudgedOutput", "judge_output", "judge", "further_passes",
-           "too_strict", "dtype_hint", "heatmap", "admits_rounding"]
+__all__ = ["JudgeOptions", "JudgedOutput", "judge_output", "judge", "further_steps",
+           "too_strict", "dtype_hint", "ROUNDED", "BEYOND"]
+
+#: why an output is too strict: the golden rounded to the output dtype fails the standard too,
+#: or the case is beyond what a kernel's own arithmetic can attain
+ROUNDED, BEYOND = "rounded", "beyond"
 
 #: the options of one comparison (the name the judge's callers knew them by)
 JudgeOptions = CompareOptions
@@ -39,7 +46,8 @@ class JudgedOutput:
     ActualArray or a Problem), its ``rule``, the ``options``; ``benchmark`` the ratio standard's
     same-precision result (in memory); ``sum_abs`` the sums of |terms| when the case has none;
     ``diagnose(case, golden, actual, rule)`` the findings of a failing output (None: no
-    diagnosis)."""
+    diagnosis); ``attainable`` whether a kernel's arithmetic can attain the case's goldens,
+    asked once per case (None: not asked)."""
 
     case: object
     golden: GoldenOutput
@@ -49,6 +57,7 @@ class JudgedOutput:
     benchmark: np.ndarray | None = None
     sum_abs: object = None
     diagnose: Callable | None = None
+    attainable: Attainable | None = None
 
 
 def judge_output(case, name: str, actual, rule: Rule, opts: CompareOptions, context: str,
@@ -60,18 +69,19 @@ def judge_output(case, name: str, actual, rule: Rule, opts: CompareOptions, cont
 
 
 def judge(job: JudgedOutput, context: str) -> OutputResult:
-    """Problems of the inputs, the metrics, the verdict, then the further passes of an output
+    """Problems of the inputs, the metrics, the verdict, then the further steps of an output
     that did not pass."""
     res = _result(job, context)
     problem = _input_problem(res, job)
     if problem is not None:
         return problem
-    rule = job.rule
+    rule, golden = job.rule, job.golden
+    heat = _heat(golden, job.options)
     try:
-        m = measure(job.case, job.golden, job.actual, None if rule.ratio_level else rule,
-                    job.options, job.sum_abs)
+        m = measure(job.case, golden, job.actual, None if rule.ratio_level else rule,
+                    job.options, job.sum_abs, heat)
         if rule.ratio_level:
-            bench = measure(job.case, job.golden, Benchmark(job.benchmark), None,
+            bench = measure(job.case, golden, Benchmark(job.benchmark), None,
                             replace(job.options, top=0))
     except MeasureProblem as p:
         return res.problem(p.status, p.detail)
@@ -80,24 +90,27 @@ def judge(job: JudgedOutput, context: str) -> OutputResult:
         verdict_ratio(res, m, bench, rule)
     else:
         verdict(res, m, rule)
-    if res.status != "pass":
-        further_passes(res, job)
+    if res.status == "pass":
+        m.heatmap = None                 # a map only for an output that did not pass
+    else:
+        further_steps(res, job, heat)
     return res
 
 
-def further_passes(res: OutputResult, job: JudgedOutput) -> None:
-    """The passes of an output that did not pass, in this order; each decides whether it
-    applies. One more pass is one more line here."""
-    too_strict(res, job)
+def further_steps(res: OutputResult, job: JudgedOutput, heat=None) -> None:
+    """The steps of an output that did not pass, in this order, each on what the one pass
+    measured; each decides whether it applies. One more step is one more line here."""
+    why = too_strict(res, job)
     dtype_hint(res, job)
-    diagnosis(res, job)
-    heatmap(res, job)
+    diagnosis(res, job, why)
+    heat_map_axes(res, job, heat)
 
 
-def diagnosis(res: OutputResult, job: JudgedOutput) -> None:
+def diagnosis(res: OutputResult, job: JudgedOutput, strict: str | None = None) -> None:
     """The findings of a failing output, best first (``job.diagnose``: the comparison passes
-    ``refspec.comparator.diagnosis.diagnose.diagnose_output``, docs/compare.md "Diagnosis")."""
-    if job.diagnose is not None and res.status == "fail" and res.metrics is not None:
+    ``refspec.comparator.diagnosis.diagnose.diagnose_output``, docs/compare.md "Diagnosis"),
+    also when it is too strict only because its case is beyond a kernel's arithmetic."""
+    if job.diagnose is not None and (res.status == "fail" or strict == BEYOND):
         res.diagnosis = job.diagnose(job.case, job.golden, job.actual, job.rule)
 
 
@@ -126,70 +139,60 @@ def _input_problem(res: OutputResult, job: JudgedOutput) -> OutputResult | None:
     return None
 
 
-def heatmap(res: OutputResult, job: JudgedOutput) -> None:
-    """With ``options.heatmaps``, the 2-D max-badness map of an output that did not pass (one
-    more pass that keeps it, over the axes ``options.heatmap_axes`` or the last two)."""
-    golden, opts = job.golden, job.options
-    if not opts.heatmaps or res.status == "pass":
-        return
-    ax = heat_axes(golden.shape, golden.axes, opts.heatmap_axes)
-    if ax is None:                        # a scalar: no map
-        return
-    rule = None if job.rule.ratio_level else job.rule
-    try:
-        m = measure(job.case, golden, job.actual, rule, replace(opts, top=0, heatmaps=False),
-                    job.sum_abs, heat=(golden.shape, ax[0], ax[1]))
-    except MeasureProblem:
-        return
-    letters = golden.axis_letters
-
-    def axis(i):
-        return letters[i] if letters else f"axis {i}"
-    res.metrics.heatmap = m.heatmap
-    res.heat_axes = (axis(ax[0]), axis(ax[1])) if ax[1] is not None else ("", axis(ax[0]))
+def _heat(golden: GoldenOutput, options: CompareOptions):
+    """What ``measure`` keeps a 2-D max-badness map by (shape, axis i, axis j or None): with
+    ``options.heatmaps``, over the axes ``options.heatmap_axes`` or the last two; None for a
+    scalar or without ``heatmaps``."""
+    if not options.heatmaps:
+        return None
+    ax = heat_axes(golden.shape, golden.axes, options.heatmap_axes)
+    return None if ax is None else (golden.shape, ax[0], ax[1])
 
 
-def admits_rounding(rule: Rule, dtype) -> bool:
-    """True when the rule accepts every correctly rounded value by construction, so it cannot
-    be stricter than the dtype (no second pass needed): bit-identity with the rounded golden,
-    a limit that includes half an ulp (rounding gate, hard bound), or rtol >= 2^-(m+1) (half an
-    ulp relative to |g| in any binade) with atol >= half the subnormal spacing, on every
-    element and without a cap."""
-    if rule.bitwise or rule.rounding_gate or rule.hard_bound:
-        return True
-    if rule.rtol is None or rule.pass_fraction < 1 or rule.max_abs_cap is not None:
+def heat_map_axes(res: OutputResult, job: JudgedOutput, heat) -> None:
+    """The names of the error map's rows and columns (the map itself is the one pass's)."""
+    if heat is None:
+        return
+    _, i, j = heat
+    letters = job.golden.axis_letters
+
+    def axis(k):
+        return letters[k] if letters else f"axis {k}"
+    res.heat_axes = (axis(i), axis(j)) if j is not None else ("", axis(i))
+
+
+def too_strict(res: OutputResult, job: JudgedOutput) -> str | None:
+    """Whether a failing output is ``too_strict`` (docs/compare.md, "Too strict"), and why:
+    ``ROUNDED`` when every element over the standard equals the golden rounded to the output
+    dtype (the standard asks for more than the dtype can hold), ``BEYOND`` when the case is
+    beyond what a kernel's own arithmetic can attain (the operator record's
+    ``comparison.unattainable``); None when it is a kernel failure (or passed)."""
+    if res.status != "fail":
+        return None
+    if _rounded_golden_fails(res, job):
+        return ROUNDED
+    if job.attainable is not None and _beyond_arithmetic(res, job.attainable):
+        return BEYOND
+    return None
+
+
+def _rounded_golden_fails(res: OutputResult, job: JudgedOutput) -> bool:
+    """The output judged with the elements that equal the golden rounded to the output dtype
+    exempt (``Rule.exempt_rounded``), from the counts the one pass kept
+    (``Metrics.rounded_failures``, ``Metrics.max_abs_unrounded``): when that passes, the
+    standard is stricter than the dtype. Not for a rule that admits every rounded value nor the
+    ratio standard (``bounds.rounding_may_fail``)."""
+    rule, m = job.rule, res.metrics
+    if not rounding_may_fail(rule, job.golden.dtype):
         return False
-    info = float_info(dtype)
-    return rule.rtol >= 2.0 ** -(info.mant + 1) and (rule.atol or 0.0) >= info.tiny_ulp / 2
-
-
-def too_strict(res: OutputResult, job: JudgedOutput) -> None:
-    """A failing output judged again with the elements that equal the golden rounded to the
-    output dtype exempt (``Rule.exempt_rounded``): when that passes, every failing element
-    is the correctly rounded value, so the standard asks for more than the dtype can hold and
-    the status is ``too_strict`` (docs/compare.md, "Too strict"). Not for a rule that admits
-    every rounded value (``admits_rounding``) nor the ratio standard."""
-    rule = job.rule
-    if (res.status != "fail" or rule.ratio_level or rule.exempt_rounded
-            or admits_rounding(rule, job.golden.dtype)):
-        return
-    quiet = replace(job.options, top=0, heatmaps=False)
+    rounded = m.rounded_failures
     exempt = replace(rule, exempt_rounded=True, max_abs_cap=None)
-    try:
-        again = measure(job.case, job.golden, job.actual, exempt, quiet, job.sum_abs)
-    except MeasureProblem:
-        return
-    m = res.metrics
-    rounded = m.failures - again.failures
-    ok = passes(again, exempt)
+    ok = passes(replace(m, failures=m.failures - rounded), exempt)
     cap = rule.max_abs_cap
     if ok and cap is not None and m.max_abs is not None and m.max_abs.abs_err > cap:
-        # the cap on the max abs error, as an element check on the elements not exempt
-        capped = Rule(rule.standard, rtol=0.0, atol=cap, exempt_rounded=True)
-        try:
-            ok = passes(measure(job.case, job.golden, job.actual, capped, quiet), capped)
-        except MeasureProblem:
-            ok = False
+        # the cap on the max abs error, checked on the elements not exempt: |a - g| / cap <= 1
+        worst = m.max_abs_unrounded
+        ok = worst == 0 or (cap > 0 and worst / cap <= 1.0)
         rounded = max(rounded, 1)
     res.golden_failures = rounded
     if ok:
@@ -201,6 +204,24 @@ def too_strict(res: OutputResult, job: JudgedOutput) -> None:
     elif rounded:
         res.reason += (f" ({rounded} of them equal the golden rounded to {res.dtype}: the "
                        "standard is stricter than the dtype there)")
+    return ok
+
+
+def _beyond_arithmetic(res: OutputResult, attainable: Attainable) -> bool:
+    """A failing output of a case whose goldens a kernel computing in its own arithmetic cannot
+    attain is ``too_strict``, not a kernel failure; when that cannot be told, the hint says so."""
+    why, unknown = attainable.answer()
+    if unknown:
+        res.hint = f"whether a kernel's arithmetic can attain this case is unknown: {unknown}"
+        return False
+    if not why:
+        return False
+    res.status = "too_strict"
+    res.reason += (f"; the case is beyond a kernel's own arithmetic: {why}, where the golden "
+                   "is finite (not a kernel failure)")
+    res.message += " [golden beyond the kernel's arithmetic]"
+    res.hint = f"{why}: the inputs, not the kernel, are out of range"
+    return True
 
 
 _HINT_SAMPLE = 1 << 16
@@ -211,7 +232,7 @@ def dtype_hint(res: OutputResult, job: JudgedOutput) -> None:
     bfloat16 (or the reverse), say so in ``res.hint``: both are 2 bytes, so a raw file cannot
     tell them apart. Judged on the first elements (at most 2^16), within the twin dtype's
     Ascend numbers. Not for the ratio standard."""
-    if res.status != "fail" or job.rule.ratio_level:
+    if res.status != "fail" or job.rule.ratio_level or res.hint:
         return
     res.hint = _twin_hint(job.actual, job.golden,
                           block_plan(job.golden, job.options.read_elements))

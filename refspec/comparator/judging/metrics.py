@@ -25,11 +25,12 @@ NBINS = len(ULP_BIN_EXPONENTS) + 2
 
 # The layout of the fused pass's results (refspec.comparator.fused), which FusedBlock holds:
 #: positions in the int64 ``ints`` result
-INTS = ("n_numeric", "failures", "n_small", "small_errors", "n_rel", "n_special", "n_top")
+INTS = ("n_numeric", "failures", "n_small", "small_errors", "n_rel", "n_special", "n_top",
+        "rounded_failures")
 #: positions in the float64 ``floats`` result (max_abs and max_rel: the pass's running maxima,
 #: -1 before the first numeric element; their elements are the rows of ``elems``)
 FLOATS = ("max_badness", "max_abs_small", "sum_d2", "sum_ag", "sum_a2", "sum_g2", "sum_rel",
-          "max_abs", "max_rel")
+          "max_abs", "max_rel", "max_abs_unrounded")
 #: columns of an element row: (local flat index, actual, golden, |a - g|, ulps, badness)
 ELEMENT = ("flat", "actual", "golden", "abs_err", "ulps", "badness")
 #: the ``ints`` and ``floats`` of a block by name
@@ -124,6 +125,11 @@ class Metrics:
     ulp_hist: list[int] = field(default_factory=lambda: [0] * NBINS)
     worst: list[Element] = field(default_factory=list)
     heatmap: np.ndarray | None = None
+    #: for the too-strict question (``bounds.ElementBounds.counts_rounded``): numeric elements
+    #: over the rule whose bits equal the golden rounded to the output dtype, and the largest
+    #: |a - g| of the numeric elements whose bits do not
+    rounded_failures: int = 0
+    max_abs_unrounded: float = 0.0
 
     @property
     def mismatch_fraction(self) -> float:
@@ -252,6 +258,8 @@ class Accumulator:
             return
         m.n_numeric += c.n_numeric
         m.failures += c.failures
+        m.rounded_failures += c.rounded_failures
+        m.max_abs_unrounded = max(m.max_abs_unrounded, f.max_abs_unrounded)
         if f.max_badness > m.max_badness:
             m.max_badness = f.max_badness
         largest = _row_element(out.flat0, out.elems[0])
@@ -307,6 +315,13 @@ class Accumulator:
             self._trim()
             if self._heat is not None:
                 self._heat_add(flat0, where[~matched], np.full(int((~matched).sum()), np.inf))
+
+    def add_rounded(self, failures: int, max_abs_unrounded: float) -> None:
+        """Of one step's numeric elements: how many over the rule equal the rounded golden, and
+        the largest |a - g| of those that do not (``Metrics.rounded_failures``)."""
+        m = self.m
+        m.rounded_failures += failures
+        m.max_abs_unrounded = max(m.max_abs_unrounded, max_abs_unrounded)
 
     def count(self, n: int) -> None:
         self.m.n += n

@@ -7,14 +7,15 @@ hold the compiled pass (``refspec.comparator.judging.compiled_pass``) to it
 (tests/comparator/test_compare_fast.py).
 
 Each step: the special values to ``special_values.add_special``, the numeric elements to
-``bounds.badness`` and ``Accumulator.add_numeric``.
+``bounds.badness`` and ``Accumulator.add_numeric`` (and, for the too-strict question,
+``bounds.rounded_counts``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .bounds import ElementBounds, badness
+from .bounds import ElementBounds, badness, rounded_counts
 from .floatinfo import ulp_at
 from .special_values import add_special, numeric
 from .streaming import COMPUTE_ELEMENTS
@@ -52,3 +53,5 @@ def _step(bounds, acc, flat0, a, g, e, S) -> None:
     ulps = ad / ulp
     bad = badness(bounds, (a, e, S), ad, ag, ulp, ulps)
     acc.add_numeric(flat0, where, a64, g, ad, ag, ulps, bad)
+    if bounds.counts_rounded and a.size:
+        acc.add_rounded(*rounded_counts(a, e, ad, bad))
