@@ -7,10 +7,9 @@ from __future__ import annotations
 import numpy as np
 
 from ...spec.dtypes import resolve_dtype, round_to
-from ..judging.agreement import agrees
+from ..judging.floatinfo import bits_of, float_info, ulp_at
+from ..judging.twins import read_as_twin
 from .findings import EXPLAINS, PRECISION_FACTOR, Finding, Subject, share
-from ..judging.floatinfo import TWINS, bits_of, float_info, ulp_at
-from ..judging.standards import resolve_rule
 
 __all__ = ["precision", "roundings", "twin_dtype"]
 
@@ -115,19 +114,13 @@ def _sign_mask(dt) -> int:
 
 
 def twin_dtype(s: Subject, fail: np.ndarray) -> list[Finding]:
-    """The other 16-bit dtype: the kernel's bits read as it agree with the golden."""
-    twin = TWINS.get(s.dtype)
-    if twin is None:
+    """The other 16-bit dtype: the kernel's bits read as it agree with the golden
+    (``refspec.comparator.judging.twins``: the test of the judge's hint)."""
+    reading = read_as_twin(s.raw, s.g, s.S, s.dtype, s.rule, s.cls, s.K, 1.0 - float(fail.mean()))
+    if reading is None or not reading.holds:
         return []
-    other = np.ascontiguousarray(s.raw).view(np.uint16).view(resolve_dtype(twin))
-    standard = "default" if s.rule.ratio_level else s.rule.standard
-    rule = resolve_rule(standard, twin, s.cls, s.K)
-    ok = agrees(rule, twin, s.K, other.astype(np.float64), other, s.g, s.S)
-    explains, overall = float(ok[fail].mean()), float(ok.mean())
-    if explains < EXPLAINS or overall < 0.99:
-        return []
+    twin, overall = reading.twin, reading.share
+    explains = float(reading.agree[fail].mean())
     return [Finding("dtype", f"the bits are {twin}: read as {twin}, {share(overall)} of the "
                     f"elements agree with the golden (was {twin} written where {s.dtype} is "
                     "expected?)", explains, {"as": twin, "elements": round(overall, 6)})]
-
-

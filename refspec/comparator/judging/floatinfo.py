@@ -82,7 +82,3 @@ def bits_of(a: np.ndarray) -> np.ndarray:
     """The raw bit patterns of a float array as unsigned integers of the same width."""
     a = np.ascontiguousarray(a)
     return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
-
-
-#: the two 16-bit dtypes a kernel may confuse: the bits of one read as the other
-TWINS = {"float16": "bfloat16", "bfloat16": "float16"}

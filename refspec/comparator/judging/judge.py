@@ -17,16 +17,17 @@ from typing import Callable
 
 import numpy as np
 
-from ...spec.dtypes import dtype_name, resolve_dtype
+from ...spec.dtypes import dtype_name
 from ..sources.arrays import Problem
 from .benchmark import Attainable
 from .bounds import rounding_may_fail
-from .floatinfo import TWINS
+from .agreement import agrees
 from .golden_output import GoldenOutput, golden_output
 from .measure import Benchmark, MeasureProblem, block_plan, heat_axes, measure
 from .options import CompareOptions
 from .outcomes import OutputResult
 from .standards import Rule
+from .twins import TWINS, read_as_twin
 from .verdict import passes, verdict, verdict_ratio
 
 __all__ = ["JudgeOptions", "JudgedOutput", "judge_output", "judge", "further_steps",
@@ -224,42 +225,40 @@ def _beyond_arithmetic(res: OutputResult, attainable: Attainable) -> bool:
     return True
 
 
-_HINT_SAMPLE = 1 << 16
+#: the judge's hint reads at most this many of an output's first elements
+HINT_ELEMENTS = 1 << 16
 
 
 def dtype_hint(res: OutputResult, job: JudgedOutput) -> None:
-    """When a failing float16 output is much closer to the golden with its bits read as
-    bfloat16 (or the reverse), say so in ``res.hint``: both are 2 bytes, so a raw file cannot
-    tell them apart. Judged on the first elements (at most 2^16), within the twin dtype's
-    Ascend numbers. Not for the ratio standard."""
+    """When a failing float16 output's bits read as bfloat16 (or the reverse) agree with the
+    golden, say so in ``res.hint`` (``twins.read_as_twin``: the test the diagnosis's ``dtype``
+    finding asks too), judged on the first elements (at most ``HINT_ELEMENTS``). Not for the
+    ratio standard."""
     if res.status != "fail" or job.rule.ratio_level or res.hint:
         return
-    res.hint = _twin_hint(job.actual, job.golden,
-                          block_plan(job.golden, job.options.read_elements))
+    res.hint = _twin_hint(job, block_plan(job.golden, job.options.read_elements))
 
 
-def _twin_hint(actual, golden: GoldenOutput, plan) -> str:
-    twin = TWINS.get(golden.dtype_name)
-    if twin is None or not plan:
+def _twin_hint(job: JudgedOutput, plan) -> str:
+    golden = job.golden
+    if golden.dtype_name not in TWINS or not plan:
         return ""
     key, flat0, count = plan[0]
     try:
-        a = np.ascontiguousarray(actual.read(key, flat0, count)).reshape(-1)[:_HINT_SAMPLE]
+        a = np.ascontiguousarray(job.actual.read(key, flat0, count)).reshape(-1)[:HINT_ELEMENTS]
         g = np.asarray(golden.exact[key], dtype=np.float64).reshape(-1)[:a.size]
+        stored = getattr(job.case, "sum_abs", {})
+        S = (np.asarray(stored[golden.name][key], np.float64).reshape(-1)[:a.size]
+             if golden.name in stored else None)
     except Exception:
         return ""
-
-    def close(values, dtype_name):
-        tol = 2.0 ** -7 if dtype_name == "bfloat16" else 2.0 ** -10
-        with np.errstate(all="ignore"):
-            ok = np.abs(values - g) <= tol + tol * np.abs(g)
-        return float(np.mean(ok | (np.isnan(values) & np.isnan(g))))
-
-    as_is = close(a.astype(np.float64), golden.dtype_name)
-    other = a.view(np.uint16).view(resolve_dtype(twin)).astype(np.float64)
-    as_twin = close(other, twin)
-    if as_twin >= 0.99 and as_twin > as_is + 0.5:
-        return (f"read as {twin}, {as_twin:.0%} of the first {a.size} elements are within "
-                f"{twin}'s tolerance (as {golden.dtype_name}: {as_is:.0%}): was {twin} written "
-                f"where {golden.dtype_name} is expected?")
-    return ""
+    a64 = a.astype(np.float64)
+    as_is = float(agrees(job.rule, golden.dtype_name, golden.K, a64, a, g, S).mean())
+    reading = read_as_twin(a, g, S, golden.dtype_name, job.rule, golden.comparison_class,
+                           golden.K, as_is)
+    if not reading.holds:
+        return ""
+    twin = reading.twin
+    return (f"read as {twin}, {reading.share:.0%} of the first {a.size} elements are within "
+            f"{twin}'s tolerance (as {golden.dtype_name}: {as_is:.0%}): was {twin} written "
+            f"where {golden.dtype_name} is expected?")
