@@ -94,11 +94,6 @@ class OutputResult:
             return 0
         return {"rejected": 1, "fail": 2, "too_strict": 3, NOT_RECORDED: 4}.get(self.status, 5)
 
-    def diagnosis_lines(self, most: int = 5) -> list[str]:
-        """``diagnosis: <kind>: <summary>``, one line per finding, best first (every report
-        shows these under a failing output)."""
-        return [f"diagnosis: {f.line()}" for f in self.diagnosis[:most]]
-
     def index(self, element: Element) -> dict[str, int]:
         return index_of(element.flat, self.shape or (), self.axes)
 

@@ -8,6 +8,7 @@ import html
 
 from ..judging.metrics import ulp_bin_labels
 from ..judging.naming import format_ratio, format_ulps, format_value
+from .detail import detail
 from .pictures import heatmap_svg, histogram_svg
 from .render_text import HEAD, pass_groups, row_cells
 from ...goldens.atomic import write_text_atomic
@@ -16,6 +17,9 @@ __all__ = ["render_html", "write_html", "MAX_PICTURES"]
 
 #: failing outputs that get pictures (the table lists every output)
 MAX_PICTURES = 40
+#: the detail of a failing output's section, every finding listed (the worst elements follow as
+#: a table, then the pictures)
+HTML_DETAIL = ("message", "reason", "diagnosis", "hint", "rule", "regenerate")
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;max-width:100%}
@@ -180,17 +184,17 @@ def _not_run(report, e) -> list[str]:
 def _failing_section(r, e, pictures: bool) -> list[str]:
     """The section of an output that did not pass; its pictures when ``pictures``."""
     out = [f"<section id='r{id(r)}'><h3>{e(r.case_id)} : {e(r.output)} "
-           f"&mdash; {e(r.label)}</h3>",
-           f"<p class='msg'>{e(r.message)}</p><p>{e(r.reason)}</p>"]
-    if r.diagnosis:
+           f"&mdash; {e(r.label)}</h3>"]
+    items = dict(detail(r, HTML_DETAIL, most_findings=None))
+    out.append(f"<p class='msg'>{e(items['message'])}</p><p>{e(items['reason'])}</p>")
+    if "diagnosis" in items:
         out.append("<p>diagnosis:</p><ol class='diagnosis'>" + "".join(
-            f"<li><b>{e(f.kind)}</b>: {e(f.summary)}</li>" for f in r.diagnosis) + "</ol>")
-    if r.hint:
-        out.append(f"<p>hint: {e(r.hint)}</p>")
-    if r.rule:
-        out.append(f"<p>rule: {e(r.rule)}</p>")
-    if r.regenerate:
-        out.append(f"<p>regenerate: <code>{e(r.regenerate)}</code></p>")
+            f"<li><b>{e(f.kind)}</b>: {e(f.summary)}</li>" for f in items["diagnosis"]) + "</ol>")
+    for name in ("hint", "rule"):
+        if name in items:
+            out.append(f"<p>{name}: {e(items[name])}</p>")
+    if "regenerate" in items:
+        out.append(f"<p>regenerate: <code>{e(items['regenerate'])}</code></p>")
     m = r.metrics
     if m is not None and m.worst:
         out.append("<p>worst elements:</p>" + _worst_table(r, e))

@@ -9,25 +9,13 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from ...goldens.atomic import write_text_atomic
+from .detail import detail_lines
 
 __all__ = ["render_junit", "write_junit"]
 
 
-def _details(r) -> str:
-    lines = [r.reason] + r.diagnosis_lines()
-    if r.hint:
-        lines.append(f"hint: {r.hint}")
-    if r.source:
-        lines.append(f"actual: {r.source}")
-    if r.rule:
-        lines.append(f"rule: {r.rule}")
-    m = r.metrics
-    if m is not None:
-        for e in m.worst:
-            lines.append("  " + r.element_line(e))
-    if r.regenerate:
-        lines.append(f"regenerate: {r.regenerate}")
-    return "\n".join(lines)
+#: the text of a <failure> or <error> (its message attribute holds the row's message)
+JUNIT_DETAIL = ("reason", "diagnosis", "hint", "source", "rule", "worst", "regenerate")
 
 
 def render_junit(report) -> str:
@@ -60,7 +48,7 @@ def render_junit(report) -> str:
             continue
         tag = "error" if r.is_problem else "failure"
         el = ET.SubElement(tc, tag, message=r.message or r.reason, type=r.status)
-        el.text = _details(r)
+        el.text = "\n".join(detail_lines(r, JUNIT_DETAIL))
     for nr in report.not_run:
         tc = ET.SubElement(suite, "testcase", classname=nr.case_id, name="(not run)")
         if report.only_present:

@@ -8,6 +8,7 @@ import shutil
 import sys
 
 from ..judging.naming import format_ratio, format_ulps, format_value
+from .detail import detail_lines
 
 __all__ = ["render_text", "row_cells", "pass_groups", "terminal_width", "HEAD"]
 
@@ -17,6 +18,8 @@ HEAD = ("verdict", "case", "output", "class", "dtype", "mismatch", "max abs err"
         "detail")
 #: terminal column order: the short columns first, the long case id last but one
 _ORDER = (0, 2, 4, 3, 5, 6, 7, 1, 8)
+#: the detail under a row that did not pass (its reason is in the row)
+TERMINAL_DETAIL = ("message", "diagnosis", "hint", "regenerate")
 #: the narrowest case column before a shortened id stops being of use
 _MIN_CASE = 24
 
@@ -114,12 +117,7 @@ def _table(shown, width: int | None) -> list[str]:
             lines.append(line(row[:-2] if case_line else row[:-1]))
             lines += [f"    {text}" for text in (row[-2:] if case_line else row[-1:]) if text]
         if r.status not in ("pass", "not_recorded") and r.message:
-            lines.append(f"    {r.message}")
-            lines += [f"    {text}" for text in r.diagnosis_lines()]
-            if r.hint:
-                lines.append(f"    hint: {r.hint}")
-            if r.regenerate:
-                lines.append(f"    regenerate: {r.regenerate}")
+            lines += [f"    {text}" for text in detail_lines(r, TERMINAL_DETAIL)]
     return lines
 
 
