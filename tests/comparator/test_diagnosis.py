@@ -278,3 +278,23 @@ def test_a_large_output_is_diagnosed_on_whole_rows_of_its_first_axis():
     assert region.detail["ranges"] == [[D // 2, D]]
     rows = sample_rows((B, N, S, D))
     assert rows[0] == 0 and rows[-1] == B - 1 and rows.size * N * S * D <= SAMPLE_ELEMENTS
+
+
+def test_axes_without_letters_are_named_one_way_everywhere():
+    """An output whose axes have no letters names them i0, i1 in its message, its error map
+    and its findings alike (``naming.axis_names``)."""
+    from refspec.comparator.sources.memory_case import MemoryCase
+    from refspec.goldens.cases import CaseData
+    from refspec.spec.terms import OutputTerms
+    rng = np.random.default_rng(11)
+    g = rng.standard_normal((6, 8))
+    e = g.astype(np.float32)
+    case = MemoryCase(CaseData("c/1", "rope", {"dtype": "float32"}, 0, {}, {"y": e}, {"y": g},
+                               {"y": OutputTerms("elementwise", None, None)}, {"y": ""}))
+    a = e.copy()
+    a[:, 4:] = -a[:, 4:]                              # the second half of i1's sign lost
+    (r,) = compare(case, {"y": a}, heatmaps=True).failures
+    assert "y[i0=" in r.message and r.heat_axes == ("i0", "i1")
+    regions = [f for f in r.diagnosis if f.kind == "region"]
+    assert regions and regions[0].detail["axis"] == "i1", [f.line() for f in r.diagnosis]
+    assert "i1" in regions[0].summary

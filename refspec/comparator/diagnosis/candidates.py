@@ -94,7 +94,7 @@ def permutations(s: Subject, fail: np.ndarray, golden_agrees: float) -> list[Fin
         full = s.g.reshape(s.shape)
     if full is None:
         return []
-    letters = s.axes if len(s.axes) == len(s.shape) else "".join(f"{i}" for i in range(len(s.shape)))
+    names = s.axis_names
     out = []
     D = s.shape[-1]
     tries = []
@@ -105,13 +105,13 @@ def permutations(s: Subject, fail: np.ndarray, golden_agrees: float) -> list[Fin
         tries.append((-1, "pairs exchanged", pairs))
     big = [ax for ax, size in enumerate(s.shape) if size > 1]
     for i, ax in enumerate(big):
-        tries += [(ax, "transposed with " + letters[other], np.swapaxes(full, ax, other))
+        tries += [(ax, "transposed with " + names[other], np.swapaxes(full, ax, other))
                   for other in big[i + 1:]]
     for ax in big:
         tries.append((ax, "reversed", np.flip(full, ax)))
         tries.append((ax, "shifted by one", np.roll(full, 1, ax)))
     for ax, how, values in tries:
-        name = letters[ax]
+        name = names[ax]
         out += candidate(s, fail, golden_agrees, np.ascontiguousarray(values).reshape(-1),
                           "permuted", f"the golden with {name.lower()} {how}",
                           {"axis": name, "how": how})

@@ -11,6 +11,7 @@ import numpy as np
 from ...spec.dtypes import resolve_dtype
 from ..judging.agreement import agrees
 from ..judging.floatinfo import float_info, ulp_at
+from ..judging.naming import axis_names
 
 __all__ = ["Finding", "Subject", "KINDS", "SAMPLE_ELEMENTS", "SPEC_ELEMENTS", "EXPLAINS",
            "BUDGET_SECONDS", "PRECISION_FACTOR", "candidate", "explained", "complete", "share",
@@ -71,6 +72,11 @@ class Subject:
     case: object = None
     record: object = None
     others: dict = field(default_factory=dict)
+
+    @property
+    def axis_names(self) -> tuple[str, ...]:
+        """The name of each axis (``refspec.comparator.judging.naming.axis_names``)."""
+        return axis_names(self.axes, len(self.shape))
 
     @property
     def sampled(self) -> bool:

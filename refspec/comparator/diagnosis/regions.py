@@ -18,7 +18,7 @@ def regions(s: Subject, fail: np.ndarray) -> list[Finding]:
     if not s.shape:
         return out
     idx = np.unravel_index(s.flat[fail], s.shape)
-    letters = s.axes if len(s.axes) == len(s.shape) else "".join(str(i) for i in range(len(s.shape)))
+    names = s.axis_names
     sample_idx = np.unravel_index(s.flat, s.shape)
     for ax, size in enumerate(s.shape):
         if size < 2:
@@ -27,7 +27,7 @@ def regions(s: Subject, fail: np.ndarray) -> list[Finding]:
         hit = np.unique(idx[ax])
         if hit.size == seen.size:
             continue
-        out.append(_axis_region(letters[ax], size, hit, seen))
+        out.append(_axis_region(names[ax], size, hit, seen))
     first = int(s.flat[fail][0])
     if not s.sampled and first >= 16 and fail[first:].mean() >= 0.5:
         out.append(Finding("region", f"every element before flat index {first}{pow2(first)} is "

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...spec.dtypes import dtype_name, resolve_dtype
+from .naming import axis_names
 
 __all__ = ["GoldenOutput", "golden_output"]
 
@@ -29,9 +30,9 @@ class GoldenOutput:
     exact: object
 
     @property
-    def axis_letters(self) -> str:
-        """``axes`` when it names every axis, else "" (axes are then named by number)."""
-        return self.axes if len(self.axes) == len(self.shape) else ""
+    def axis_names(self) -> tuple[str, ...]:
+        """The name of each axis (``naming.axis_names``)."""
+        return axis_names(self.axes, len(self.shape))
 
 
 def golden_output(case, name: str) -> GoldenOutput:

@@ -155,11 +155,8 @@ def heat_map_axes(res: OutputResult, job: JudgedOutput, heat) -> None:
     if heat is None:
         return
     _, i, j = heat
-    letters = job.golden.axis_letters
-
-    def axis(k):
-        return letters[k] if letters else f"axis {k}"
-    res.heat_axes = (axis(i), axis(j)) if j is not None else ("", axis(i))
+    names = job.golden.axis_names
+    res.heat_axes = (names[i], names[j]) if j is not None else ("", names[i])
 
 
 def too_strict(res: OutputResult, job: JudgedOutput) -> str | None:

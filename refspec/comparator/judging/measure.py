@@ -23,6 +23,7 @@ from .bounds import element_bounds
 from .compiled_blocks import CompiledBlocks
 from .golden_output import GoldenOutput
 from .metrics import Accumulator, Metrics
+from .naming import axis_names
 from .numpy_pass import numpy_block
 from .options import COMPILED_ABOVE
 from .standards import SMALL_VALUES, Rule
@@ -162,13 +163,13 @@ class _ActualUnreadable(Exception):
 
 
 def heat_axes(shape, axes: str, wanted: str | None):
-    """Indices of the two axes of the error map (letters ``wanted``, else the last two axes of
-    size > 1); (i, None) for one axis; None for scalars."""
+    """Indices of the two axes of the error map (the axes named by the letters ``wanted``, else
+    the last two axes of size > 1); (i, None) for one axis; None for scalars."""
     if not shape:
         return None
-    letters = axes if axes and len(axes) == len(shape) else ""
-    if wanted and letters:
-        idx = [letters.upper().find(ch) for ch in wanted.upper()]
+    if wanted:
+        names = [n.upper() for n in axis_names(axes, len(shape))]
+        idx = [names.index(ch) if ch in names else -1 for ch in wanted.upper()]
         if all(i >= 0 for i in idx) and len(set(idx)) == len(idx) and len(idx) in (1, 2):
             return (idx[0], idx[1] if len(idx) == 2 else None)
     big = [i for i, s in enumerate(shape) if s > 1] or [len(shape) - 1]

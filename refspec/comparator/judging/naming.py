@@ -12,21 +12,28 @@ import numpy as np
 
 from ... import ops
 
-__all__ = ["index_of", "index_text", "context_of", "format_value", "format_ulps",
+__all__ = ["axis_names", "index_of", "index_text", "context_of", "format_value", "format_ulps",
            "format_ratio", "element_message", "DIGITS"]
 
 #: significant digits that tell neighbouring values of each dtype apart
 DIGITS = {"bfloat16": 4, "float16": 5, "float32": 9, "float64": 17}
 
+def axis_names(axes: str, ndim: int) -> tuple[str, ...]:
+    """The name of each of an output's ``ndim`` axes: its letter when ``axes`` names every axis
+    (``"BNSD"``), else ``i0``, ``i1``, ... Every message, map and finding names axes so."""
+    if axes and len(axes) == ndim:
+        return tuple(axes)
+    return tuple(f"i{k}" for k in range(ndim))
+
+
 def index_of(flat: int, shape: tuple[int, ...], axes: str) -> dict[str, int]:
-    """{axis letter (lower case): index} of a flat C-order index. Axes named '1' (size-1 axes
-    such as the last of BSN1) are left out; without usable letters, axes are i0, i1, ..."""
+    """{axis name (lower case): index} of a flat C-order index (``axis_names``). Axes named '1'
+    (size-1 axes such as the last of BSN1) are left out."""
     if not shape:
         return {}
     idx = np.unravel_index(int(flat), shape)
-    letters = list(axes) if axes and len(axes) == len(shape) else [f"i{k}" for k in range(len(shape))]
     out = {}
-    for letter, i in zip(letters, idx):
+    for letter, i in zip(axis_names(axes, len(shape)), idx):
         if letter == "1":
             continue
         key = letter.lower()
