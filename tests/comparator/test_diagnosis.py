@@ -298,3 +298,31 @@ def test_axes_without_letters_are_named_one_way_everywhere():
     regions = [f for f in r.diagnosis if f.kind == "region"]
     assert regions and regions[0].detail["axis"] == "i1", [f.line() for f in r.diagnosis]
     assert "i1" in regions[0].summary
+
+
+@pytest.mark.parametrize("written", ["twin", "mostly_zero"])
+def test_the_hint_and_the_dtype_finding_give_one_answer(written):
+    """The judge's hint and the diagnosis's ``dtype`` finding ask one test
+    (``judging.twins``): bfloat16 bits written where float16 is expected get both; an output
+    that is zero where the golden is and wrong at one element (zeros read as bfloat16 are zeros
+    too, so nearly every element "agrees" either way) gets neither."""
+    from refspec.comparator.sources.memory_case import MemoryCase
+    from refspec.goldens.cases import CaseData
+    from refspec.spec.dtypes import bfloat16, round_to
+    from refspec.spec.terms import OutputTerms
+    rng = np.random.default_rng(3)
+    g = rng.standard_normal(64)
+    if written == "mostly_zero":
+        g[:] = 0.0
+    e = round_to(g, np.float16)
+    case = MemoryCase(CaseData("c/1", "rope", {"dtype": "float16"}, 0, {}, {"y": e}, {"y": g},
+                               {"y": OutputTerms("elementwise", None, None)}, {"y": "D"}))
+    if written == "twin":
+        a = round_to(g, bfloat16).view(np.float16)
+    else:
+        a = e.copy()
+        a[7] = 1.0
+    (r,) = compare(case, {"y": a}).failures
+    has_hint = r.hint.startswith("read as bfloat16")
+    has_finding = any(f.kind == "dtype" for f in r.diagnosis)
+    assert has_hint == has_finding == (written == "twin"), (r.hint, [f.line() for f in r.diagnosis])

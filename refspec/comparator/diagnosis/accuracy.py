@@ -114,13 +114,15 @@ def _sign_mask(dt) -> int:
 
 
 def twin_dtype(s: Subject, fail: np.ndarray) -> list[Finding]:
-    """The other 16-bit dtype: the kernel's bits read as it agree with the golden
-    (``refspec.comparator.judging.twins``: the test of the judge's hint)."""
-    reading = read_as_twin(s.raw, s.g, s.S, s.dtype, s.rule, s.cls, s.K, 1.0 - float(fail.mean()))
+    """The other 16-bit dtype: the kernel's bits are its (``refspec.comparator.judging.twins``,
+    the test of the judge's hint), and read as it they explain the failing elements."""
+    reading = read_as_twin(s.raw, s.g, s.dtype)
     if reading is None or not reading.holds:
         return []
     twin, overall = reading.twin, reading.share
     explains = float(reading.agree[fail].mean())
+    if explains < EXPLAINS:
+        return []
     return [Finding("dtype", f"the bits are {twin}: read as {twin}, {share(overall)} of the "
                     f"elements agree with the golden (was {twin} written where {s.dtype} is "
                     "expected?)", explains, {"as": twin, "elements": round(overall, 6)})]

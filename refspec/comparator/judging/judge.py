@@ -21,7 +21,6 @@ from ...spec.dtypes import dtype_name
 from ..sources.arrays import Problem
 from .benchmark import Attainable
 from .bounds import rounding_may_fail
-from .agreement import agrees
 from .golden_output import GoldenOutput, golden_output
 from .measure import Benchmark, MeasureProblem, block_plan, heat_axes, measure
 from .options import CompareOptions
@@ -227,10 +226,9 @@ HINT_ELEMENTS = 1 << 16
 
 
 def dtype_hint(res: OutputResult, job: JudgedOutput) -> None:
-    """When a failing float16 output's bits read as bfloat16 (or the reverse) agree with the
-    golden, say so in ``res.hint`` (``twins.read_as_twin``: the test the diagnosis's ``dtype``
-    finding asks too), judged on the first elements (at most ``HINT_ELEMENTS``). Not for the
-    ratio standard."""
+    """When a failing float16 output's bits are bfloat16's (or the reverse), say so in
+    ``res.hint`` (``twins.read_as_twin``: the test the diagnosis's ``dtype`` finding asks too),
+    judged on the first elements (at most ``HINT_ELEMENTS``). Not for the ratio standard."""
     if res.status != "fail" or job.rule.ratio_level or res.hint:
         return
     res.hint = _twin_hint(job, block_plan(job.golden, job.options.read_elements))
@@ -244,18 +242,12 @@ def _twin_hint(job: JudgedOutput, plan) -> str:
     try:
         a = np.ascontiguousarray(job.actual.read(key, flat0, count)).reshape(-1)[:HINT_ELEMENTS]
         g = np.asarray(golden.exact[key], dtype=np.float64).reshape(-1)[:a.size]
-        stored = getattr(job.case, "sum_abs", {})
-        S = (np.asarray(stored[golden.name][key], np.float64).reshape(-1)[:a.size]
-             if golden.name in stored else None)
     except Exception:
         return ""
-    a64 = a.astype(np.float64)
-    as_is = float(agrees(job.rule, golden.dtype_name, golden.K, a64, a, g, S).mean())
-    reading = read_as_twin(a, g, S, golden.dtype_name, job.rule, golden.comparison_class,
-                           golden.K, as_is)
+    reading = read_as_twin(a, g, golden.dtype_name)
     if not reading.holds:
         return ""
     twin = reading.twin
     return (f"read as {twin}, {reading.share:.0%} of the first {a.size} elements are within "
-            f"{twin}'s tolerance (as {golden.dtype_name}: {as_is:.0%}): was {twin} written "
-            f"where {golden.dtype_name} is expected?")
+            f"{twin}'s tolerance (as {golden.dtype_name}: {reading.share_as_is:.0%}): was {twin} "
+            f"written where {golden.dtype_name} is expected?")
