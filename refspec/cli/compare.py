@@ -78,7 +78,7 @@ def compare_command(golden, actual, mapping, msprobe, **options):
             return actual, mapping
         from ..comparator.sources.msprobe_dumps import msprobe_source
         return msprobe_source(golden, msprobe, actual, mapping), None
-    return judge(golden, source, **options)
+    return compare_and_report(golden, source, **options)
 
 
 #: the options of `refspec compare` that say which reports are written and how the terminal
@@ -106,7 +106,7 @@ def compare_options(options: dict):
     return CompareOptions(heatmaps=options["html_path"] is not None, **given)
 
 
-def judge(golden, source, **options) -> int:
+def compare_and_report(golden, source, **options) -> int:
     """Judge the actual outputs ``source()`` gives (``(actual, mapping)``) against GOLDEN with
     the command line's ``options`` (``REPORT_OPTIONS`` and ``compare_options``) and print and
     write the reports; the exit code (``refspec compare``, ``refspec run``, ``refspec

@@ -12,7 +12,9 @@ import pytest
 
 from refspec.goldens.cases import CaseData
 from refspec.comparator import compare, resolve_rule
-from refspec.comparator.judging.judge import JudgeOptions
+from refspec.comparator.judging.golden_output import golden_output
+from refspec.comparator.judging.judge import JudgedOutput, judge
+from refspec.comparator.judging.options import CompareOptions
 from refspec.comparator.sources.memory_case import MemoryCase
 from refspec.spec.terms import OutputTerms
 
@@ -67,10 +69,9 @@ def test_streaming_in_small_blocks_gives_identical_metrics(rng):
     a = (g * (1 + rng.standard_normal(g.shape) * 1e-2)).astype(np.float16)
     case = one_case(g, np.float16)
     big = compare(case, {"y": a}).results[0].metrics
-    from refspec.comparator.judging.judge import judge_output
     rule = resolve_rule("default", "float16", "elementwise", None)
-    small = judge_output(case, "y", _array_actual(a), rule, JudgeOptions(read_elements=7),
-                         "ctx").metrics
+    small = judge(JudgedOutput(case, golden_output(case, "y"), _array_actual(a), rule,
+                               CompareOptions(read_elements=7)), "ctx").metrics
     for field in ("n", "failures", "rmse", "cosine", "max_rel", "mean_rel", "n_small", "ulp_hist"):
         x, y = getattr(big, field), getattr(small, field)
         assert x == pytest.approx(y, rel=1e-12), field

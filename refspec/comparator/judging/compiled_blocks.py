@@ -12,7 +12,7 @@ import numpy as np
 
 from .bounds import ElementBounds
 from .floatinfo import bits_of
-from .metrics import Accumulator, FusedBlock
+from .metrics import Accumulator, BlockResults
 from .numpy_pass import numpy_block
 from .special_values import add_special
 
@@ -32,9 +32,9 @@ class CompiledBlocks:
     def __init__(self, bounds: ElementBounds, acc: Accumulator):
         self.bounds = bounds
         self.acc = acc
-        self._fused_args = None
+        self._pass_args = None
 
-    def _fused_setup(self):
+    def _pass_setup(self):
         """The compiled pass's arguments that are the same for every block: the dtype's code,
         the rule's ``Flags`` and ``Params``, the ``HeatMap`` (a 1 x 1 dummy without a map)."""
         from .compiled_pass import FLAGS, KIND, PARAMS, Flags, HeatMap, Params    # numba, when needed
@@ -57,21 +57,21 @@ class CompiledBlocks:
         flags = Flags(**{k: int(v) for k, v in on.items()})
         params = Params(**{k: float(v) for k, v in numbers.items()})
         heat = HeatMap(*(geometry or (np.zeros((1, 1)), 1, 1, 1, 1)))
-        self._fused_args = (KIND[info.name], flags, params, heat)
-        return self._fused_args
+        self._pass_args = (KIND[info.name], flags, params, heat)
+        return self._pass_args
 
     def compute(self, flat0: int, a: np.ndarray, g: np.ndarray, e: np.ndarray | None,
-                S: np.ndarray | None) -> FusedBlock:
+                S: np.ndarray | None) -> BlockResults:
         """The compiled pass over one block (no shared state is changed but the 2-D map, so
         blocks may be computed side by side when there is none)."""
         from .compiled_pass import Block, Results, fused_block
-        kind, flags, params, heat = self._fused_args or self._fused_setup()
+        kind, flags, params, heat = self._pass_args or self._pass_setup()
         b = self.bounds
         bits = bits_of(a)
         e_bits = bits_of(e) if e is not None and b.needs_expected else bits[:0]
         S = _EMPTY if S is None or not b.uses_sum_abs else np.ascontiguousarray(S, np.float64)
         g = np.ascontiguousarray(g, np.float64)
-        out = FusedBlock(flat0, a.size, max(self.acc.top, 0))
+        out = BlockResults(flat0, a.size, max(self.acc.top, 0))
         fused_block(Block(bits, e_bits, g, S, kind, int(flat0)), flags, params, heat,
                     Results(out.ints, out.floats, out.hist, out.top, out.elems, out.special))
         n_spec = out.counts().n_special
@@ -83,7 +83,7 @@ class CompiledBlocks:
             out.special_values = (where.copy(), a[where].astype(np.float64), g[where].copy())
         return out
 
-    def merge(self, out: FusedBlock) -> None:
+    def merge(self, out: BlockResults) -> None:
         """Add a computed block to the metrics (blocks in flat order)."""
         if out.arrays is not None:
             numpy_block(self.bounds, self.acc, out.flat0, *out.arrays)
@@ -91,4 +91,4 @@ class CompiledBlocks:
         self.acc.count(out.n)
         if out.special_values is not None:
             add_special(self.bounds, self.acc, out.flat0, *out.special_values)
-        self.acc.add_fused(out)
+        self.acc.add_block_results(out)

@@ -221,7 +221,7 @@ def _spacing(gv, mant, lowest):
     """The spacing of the dtype at |g| (docs/compare.md, "ulps"): 2^k with k = max(e, emin) -
     mant for |g| in [2^e, 2^(e+1)), built from the exponent bits of g (``lowest`` = emin + 1023;
     below 2^-1022 the power of two is a float64 subnormal). Same value as
-    ``refspec.comparator.floatinfo.ulp_at``."""
+    ``refspec.comparator.judging.floatinfo.ulp_at``."""
     b = (_f64_bits(gv) >> 52) & _EXP_MASK
     k = (b if b > lowest else lowest) - 1023 - mant
     return _bits_f64(np.int64(((k + 1023) << 52) if k >= -1022 else (1 << (k + 1074))))

@@ -21,7 +21,7 @@ from ...spec.dtypes import dtype_name
 from ..sources.arrays import Problem
 from .benchmark import Attainable
 from .bounds import rounding_may_fail
-from .golden_output import GoldenOutput, golden_output
+from .golden_output import GoldenOutput
 from .measure import Benchmark, MeasureProblem, block_plan, heat_axes, measure
 from .options import CompareOptions
 from .outcomes import OutputResult
@@ -29,15 +29,12 @@ from .standards import Rule
 from .twins import TWINS, read_as_twin
 from .verdict import passes, verdict, verdict_ratio
 
-__all__ = ["JudgeOptions", "JudgedOutput", "judge_output", "judge", "further_steps",
-           "too_strict", "dtype_hint", "ROUNDED", "BEYOND"]
+__all__ = ["JudgedOutput", "judge", "further_steps", "too_strict", "dtype_hint", "ROUNDED",
+           "BEYOND"]
 
 #: why an output is too strict: the golden rounded to the output dtype fails the standard too,
 #: or the case is beyond what a kernel's own arithmetic can attain
 ROUNDED, BEYOND = "rounded", "beyond"
-
-#: the options of one comparison (the name the judge's callers knew them by)
-JudgeOptions = CompareOptions
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,14 +55,6 @@ class JudgedOutput:
     sum_abs: object = None
     diagnose: Callable | None = None
     attainable: Attainable | None = None
-
-
-def judge_output(case, name: str, actual, rule: Rule, opts: CompareOptions, context: str,
-                 benchmark: np.ndarray | None = None, sum_abs=None) -> OutputResult:
-    """The verdict of output ``name`` of a golden case against ``actual`` (an ActualArray or a
-    Problem); ``context`` names the case in messages."""
-    golden = golden_output(case, name)
-    return judge(JudgedOutput(case, golden, actual, rule, opts, benchmark, sum_abs), context)
 
 
 def judge(job: JudgedOutput, context: str) -> OutputResult:

@@ -3,7 +3,7 @@
 
 ``Accumulator`` sees each block once: the actual values widened to float64, the exact
 golden g, the per-element "badness" (error divided by what the rule allows: > 1 fails) from
-``refspec.compare.judge``, and the special-value verdicts. It keeps only scalars, a histogram,
+``refspec.comparator.judging.bounds.badness``, and the special-value verdicts. It keeps only scalars, a histogram,
 the top-k worst elements and, if asked, a 2-D error map, so memory does not grow with the file.
 """
 
@@ -16,14 +16,15 @@ from math import prod
 
 import numpy as np
 
-__all__ = ["Accumulator", "Metrics", "Element", "FusedBlock", "Counts", "Sums", "ULP_BIN_EXPONENTS",
+__all__ = ["Accumulator", "Metrics", "Element", "BlockResults", "Counts", "Sums", "ULP_BIN_EXPONENTS",
            "ulp_bin_labels", "product_sums", "top_order", "cosine"]
 
 #: ulp histogram bins: exact 0, then (2^(k-1), 2^k] for k = -1 .. 20, then > 2^20
 ULP_BIN_EXPONENTS = tuple(range(-1, 21))
 NBINS = len(ULP_BIN_EXPONENTS) + 2
 
-# The layout of the fused pass's results (refspec.comparator.fused), which FusedBlock holds:
+# The layout of the compiled pass's results (refspec.comparator.judging.compiled_pass), which
+# BlockResults holds:
 #: positions in the int64 ``ints`` result
 INTS = ("n_numeric", "failures", "n_small", "small_errors", "n_rel", "n_special", "n_top",
         "rounded_failures")
@@ -161,12 +162,13 @@ def _worst_key(e: Element):
     return (e.badness, e.abs_err, -e.flat)
 
 
-class FusedBlock:
-    """What the fused pass found in one block (``refspec.comparator.fused.fused_block``):
-    counts, sums and extreme elements of its numeric elements; the positions and values of its
-    special ones; or, when they are too many, copies of the block for the reference step."""
+class BlockResults:
+    """What the compiled pass (``refspec.comparator.judging.compiled_pass.fused_block``) found
+    in one block: counts, sums and extreme elements of its numeric elements; the positions and
+    values of its special ones; or, when they are too many, copies of the block for the NumPy
+    pass."""
 
-    #: special values listed per block before the block goes to the reference step
+    #: special values listed per block before the block goes to the NumPy pass
     SPECIAL_CAP = 4096
 
     def __init__(self, flat0: int, n: int, top: int):
@@ -248,8 +250,8 @@ class Accumulator:
         if self._heat is not None:
             self._heat_add(flat0, where, bad)
 
-    def add_fused(self, out: FusedBlock) -> None:
-        """The numeric elements of one block as the fused pass accumulated them: the same
+    def add_block_results(self, out: BlockResults) -> None:
+        """The numeric elements of one block as the compiled pass accumulated them: the same
         counts, maxima (first occurrence in flat order), histogram and worst elements as
         ``add_numeric`` over the block's steps; the float sums to a few roundings."""
         m = self.m
@@ -275,7 +277,7 @@ class Accumulator:
             m.max_abs_small = (f.max_abs_small if m.max_abs_small is None
                                else max(m.max_abs_small, f.max_abs_small))
         if c.n_rel:
-            self._add_fused_rel(out, f.sum_rel, c.n_rel)
+            self._add_compiled_rel(out, f.sum_rel, c.n_rel)
         h = m.ulp_hist
         for b, n in enumerate(out.hist.tolist()):
             h[b] += n
@@ -283,8 +285,8 @@ class Accumulator:
             self._cand.extend(_row_element(out.flat0, r) for r in out.top[:c.n_top])
             self._trim()
 
-    def _add_fused_rel(self, out: FusedBlock, sum_rel: float, n_rel: int) -> None:
-        """The relative errors of a fused block: their sum and the largest with its element."""
+    def _add_compiled_rel(self, out: BlockResults, sum_rel: float, n_rel: int) -> None:
+        """The relative errors of a compiled block: their sum and the largest with its element."""
         m = self.m
         self._sum_rel += sum_rel
         self._n_rel += n_rel

@@ -2,7 +2,7 @@
 whole-array NumPy operations, in cache-sized steps of ``COMPUTE_ELEMENTS``. It judges the outputs
 of at most ``refspec.comparator.judging.options.COMPILED_ABOVE`` elements (nothing to compile for
 a small comparison), every output with ``refspec.compare(..., fast=False)``, and the blocks with
-more special values than the compiled pass lists (``metrics.FusedBlock.SPECIAL_CAP``). The tests
+more special values than the compiled pass lists (``metrics.BlockResults.SPECIAL_CAP``). The tests
 hold the compiled pass (``refspec.comparator.judging.compiled_pass``) to it
 (tests/comparator/test_compare_fast.py).
 

@@ -2,7 +2,7 @@
 
 A standard turns (output dtype, comparison class, K) into a ``Rule``: which per-element
 checks apply, with which numbers, and how the element verdicts are aggregated. The judge
-(``refspec.compare.judge``) interprets rules; nothing here computes on arrays.
+(``refspec.comparator.judging``) interprets rules; nothing here computes on arrays.
 
 Standards: ``default`` (the project policy), ``ascend-mixed``, ``torch``, ``vendor-threshold``
 and ``ratio`` (dual benchmark). ``--rtol/--atol`` replace the mixed-tolerance numbers of a

@@ -1,6 +1,6 @@
 """``--html PATH``: one self-contained file: the table, and for each failing output an error
 heatmap over two axes (largest error/allowed ratio over the other axes) and its ulp histogram,
-drawn as inline SVG by ``refspec.comparator.pictures`` (docs/compare.md, "Reports")."""
+drawn as inline SVG by ``refspec.comparator.reports.pictures`` (docs/compare.md, "Reports")."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from ...goldens.layout import STATUS_FILE, export_root
+from ...goldens.case_files import STATUS_FILE, export_root
 from .arrays import Problem, open_bin, open_npy
 from .base import ActualSource, file_names, read_status
 

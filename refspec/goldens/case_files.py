@@ -1,4 +1,4 @@
-"""The file layout of an exported case folder (docs/goldens.md, section 7): the names that
+"""The file names of an exported case folder (docs/goldens.md, section 7): the names that
 ``refspec export`` writes, that a kernel's harness writes back and that the readers of case
 folders and the comparator look for. The tensor files themselves are named by the operator's
 record (``refspec.ops.record.Operator.tensor_file`` and the like)."""
