@@ -1,5 +1,5 @@
 """Judging an msprobe dump against goldens built from it: the dumped outputs of a float32
-implementation written for the tests (tests/implementations.py) pass, those of deliberately
+implementation written for the tests (tests/impls/implementations.py) pass, those of deliberately
 broken ones fail with the element named; the comparator reads the dump through the goldens
 layer's reader and finds each output by the dump record its case names."""
 

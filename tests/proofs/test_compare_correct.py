@@ -1,7 +1,7 @@
 """Proof (a): correct low-precision implementations pass under the default standard with no
 tuning, on every case (docs/compare.md: "A correct kernel must pass under the default").
 
-The implementations (tests/implementations.py) are device-like and independent of refspec's
+The implementations (tests/impls/implementations.py) are device-like and independent of refspec's
 code. Cases: a grid built here with the spec functions (every RoPE mode, layout, broadcast
 pattern, dtype, with and without x; every NormRopeConcat attribute combination with and
 without encoder streams, Sr short and full), plus the built-in smoke sweep when the generator
