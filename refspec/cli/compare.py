@@ -103,7 +103,7 @@ def compare_options(options: dict):
                                                   and 1 <= len(given["heatmap_axes"]) <= 2):
         raise CliError(f"--heatmap-axes {given['heatmap_axes']!r}: give one or two axis "
                        "letters, e.g. SD")
-    return CompareOptions(heatmaps=options["html_path"] is not None, **given)
+    return CompareOptions(heatmaps=any(f.heatmaps for f in _formats(options)), **given)
 
 
 def compare_and_report(golden, source, **options) -> int:
@@ -117,10 +117,8 @@ def compare_and_report(golden, source, **options) -> int:
     from ..comparator.comparison import compare_with
     from ..goldens.executors import SchedulerUnavailable, WorkerLost
 
-    for flag, key in (("--json", "json_path"), ("--junit", "junit_path"),
-                      ("--html", "html_path")):
-        if options[key] is not None:
-            check_output_file(options[key], f"{flag} {options[key]}")
+    for f in _formats(options):
+        check_output_file(options[f"{f.name}_path"], f"--{f.name} {options[f'{f.name}_path']}")
     opts = compare_options(options)
     try:
         actual, mapping = source()
@@ -135,21 +133,21 @@ def compare_and_report(golden, source, **options) -> int:
     return report.exit_code
 
 
+def _formats(options: dict) -> list:
+    """The report formats whose files were asked for (``--json PATH`` and the like)."""
+    from ..comparator.reports.formats import FORMATS
+    return [f for name, f in FORMATS.items() if options.get(f"{name}_path") is not None]
+
+
 def _write_reports(report, options: dict) -> None:
     """The terminal report, and the JSON, JUnit and HTML files asked for."""
+    from ..comparator.reports.formats import write_report
     from ..comparator.reports.render_text import render_text, terminal_width
 
     click.echo(render_text(report, width=terminal_width(), verbose=options["verbose"],
                            failures_only=options["failures_only"]))
-    if options["json_path"]:
-        from ..comparator.reports.render_json import write_json
-        write_json(report, options["json_path"])
-    if options["junit_path"]:
-        from ..comparator.reports.render_junit import write_junit
-        write_junit(report, options["junit_path"])
-    if options["html_path"]:
-        from ..comparator.reports.render_html import write_html
-        write_html(report, options["html_path"])
+    for f in _formats(options):
+        write_report(report, f.name, options[f"{f.name}_path"])
     sys.stdout.flush()
 
 

@@ -94,8 +94,9 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
     ``operators``: only the cases of these operators (short ids, function or aclnn names);
     ``case_ids``: exactly these cases (no patterns). ``socs``: only the cases of these chip
     profiles (``"A2"``, ``"950"``, ``"none"`` or None for the math-only one); the math-only
-    profile's statuses are judged only when it is among them (``judging.case_statuses.judge_status``). ``jobs``
-    worker processes, or the Dask cluster at ``scheduler``, judge groups of cases side by side
+    profile's statuses are judged only when it is among them
+    (``judging.case_statuses.judge_status``). ``jobs`` worker processes, or the Dask cluster at
+    ``scheduler``, judge groups of cases side by side
     (the golden file and the actual outputs given as paths, or an actual source description
     such as ``refspec run``'s ``Implementation``); the report is the one a single process
     gives. ``diagnose``: each failing output gets its diagnosis (``OutputResult.diagnosis``,

@@ -34,8 +34,15 @@ from .candidates import copies, exact_terms, fills, hypotheses, multiples, permu
 from .findings import (EXPLAINS, KINDS, SAMPLE_ELEMENTS, Finding, Subject, complete)
 from .regions import regions
 
-__all__ = ["Finding", "Subject", "diagnose", "diagnose_output", "read_subject", "sample_rows",
-           "KINDS", "SAMPLE_ELEMENTS", "EXPLAINS"]
+__all__ = ["CANDIDATES", "Finding", "Subject", "diagnose", "diagnose_output", "read_subject",
+           "sample_rows", "KINDS", "SAMPLE_ELEMENTS", "EXPLAINS"]
+
+
+#: what the kernel wrote instead, asked in this order until a finding explains every failing
+#: element: each takes (subject, the failing elements, the share of the elements that agree with
+#: the golden) and gives its findings (``findings.candidate`` makes one); a new kind of finding
+#: is one more entry (and its name in ``findings.KINDS``)
+CANDIDATES = [fills, copies, multiples, permutations, hypotheses]
 
 
 def diagnose(subject: Subject) -> list[Finding]:
@@ -49,18 +56,15 @@ def diagnose(subject: Subject) -> list[Finding]:
         return [accuracy] + roundings(s, fail) + twin_dtype(s, fail)
     golden_agrees = 1.0 - float(fail.mean())
     found = []
-    for stage in (fills, copies, multiples, permutations, hypotheses):
+    for stage in CANDIDATES:
         found += stage(s, fail, golden_agrees)
         if any(complete(f) for f in found):
             break                      # an explanation of every element: no need to look on
     else:
         found += roundings(s, fail) + twin_dtype(s, fail)
-    order = {k: i for i, k in enumerate(("zero", "nonfinite", "constant", "copy", "alternative",
-                                         "reduction", "sign", "permuted", "scale", "rounding",
-                                         "dtype"))}
-    found.sort(key=lambda f: (-round(f.agreement, 3), order.get(f.kind, 99)))
+    order = {k: i for i, k in enumerate(KINDS)}
+    found.sort(key=lambda f: (-round(f.agreement, 3), order.get(f.kind, len(order))))
     return _dedupe(found) + regions(s, fail)
-
 
 
 def _dedupe(found: list[Finding]) -> list[Finding]:

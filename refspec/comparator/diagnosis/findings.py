@@ -17,8 +17,11 @@ __all__ = ["Finding", "Subject", "KINDS", "SAMPLE_ELEMENTS", "SPEC_ELEMENTS", "E
            "BUDGET_SECONDS", "PRECISION_FACTOR", "candidate", "explained", "complete", "share",
            "finite"]
 
-KINDS = ("precision", "sign", "scale", "zero", "constant", "nonfinite", "copy", "permuted",
-         "region", "alternative", "reduction", "rounding", "dtype")
+#: the diagnosis's vocabulary (docs/compare.md, "The vocabulary"), in the order that breaks a tie
+#: in agreement between two findings (``precision`` and ``region`` are never ranked so); a new
+#: kind is added here (``diagnose.CANDIDATES`` asks for its findings)
+KINDS = ["zero", "nonfinite", "constant", "copy", "alternative", "reduction", "sign", "permuted",
+         "scale", "rounding", "dtype", "precision", "region"]
 #: at most this many elements of an output are diagnosed (whole rows of its leading axes)
 SAMPLE_ELEMENTS = 1 << 20
 #: a case whose inputs hold more elements than this is not re-evaluated under hypotheses

@@ -8,7 +8,8 @@ accumulation) and S the sum of |terms| of the element:
 
 - rtol/atol: ``|a - g| <= atol_i + rtol*|g|``, ``atol_i = max(atol, C*sqrt(K)*u*S)`` with
   ``data_atol``;
-- the hard bound: ``|a - g| <= gamma(K + TERM_ROUNDINGS)*S + ulp/2 + (K + TERM_ROUNDINGS)*UNDERFLOW``;
+- the hard bound: ``|a - g| <= gamma(K + TERM_ROUNDINGS)*S + ulp/2
+  + (K + TERM_ROUNDINGS)*UNDERFLOW``;
 - the rounding gate: ``|a - g| <= ROUNDING_SLACK_U32*u*|g| + ulp/2``;
 - the evaluation bound: an element within ``gamma(ELEMENT_ROUNDINGS)*S + ulp/2 +
   ELEMENT_ROUNDINGS*UNDERFLOW`` passes whatever else holds;

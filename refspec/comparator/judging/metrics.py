@@ -3,8 +3,9 @@
 
 ``Accumulator`` sees each block once: the actual values widened to float64, the exact
 golden g, the per-element "badness" (error divided by what the rule allows: > 1 fails) from
-``refspec.comparator.judging.bounds.badness``, and the special-value verdicts. It keeps only scalars, a histogram,
-the top-k worst elements and, if asked, a 2-D error map, so memory does not grow with the file.
+``refspec.comparator.judging.bounds.badness``, and the special-value verdicts. It keeps only
+scalars, a histogram, the top-k worst elements and, if asked, a 2-D error map, so memory does
+not grow with the file.
 """
 
 from __future__ import annotations

@@ -11,9 +11,8 @@ from ..judging.naming import format_ratio, format_ulps, format_value
 from .detail import detail
 from .pictures import heatmap_svg, histogram_svg
 from .render_text import HEAD, pass_groups, row_cells
-from ...goldens.atomic import write_text_atomic
 
-__all__ = ["render_html", "write_html", "MAX_PICTURES"]
+__all__ = ["render_html", "MAX_PICTURES"]
 
 #: failing outputs that get pictures (the table lists every output)
 MAX_PICTURES = 40
@@ -202,7 +201,3 @@ def _failing_section(r, e, pictures: bool) -> list[str]:
         out += [svg for svg in (_heatmap(r), _histogram(r)) if svg]
     out.append("</section>")
     return out
-
-
-def write_html(report, path) -> None:
-    write_text_atomic(path, render_html(report))

@@ -6,14 +6,9 @@ from __future__ import annotations
 
 import json
 
-from ...goldens.atomic import write_text_atomic
 
-__all__ = ["render_json", "write_json"]
+__all__ = ["render_json"]
 
 
 def render_json(report) -> str:
     return json.dumps(report.to_dict(), indent=2, allow_nan=False) + "\n"
-
-
-def write_json(report, path) -> None:
-    write_text_atomic(path, render_json(report))

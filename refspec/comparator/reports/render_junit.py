@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from ...goldens.atomic import write_text_atomic
 from .detail import detail_lines
 
-__all__ = ["render_junit", "write_junit"]
+__all__ = ["render_junit"]
 
 
 #: the text of a <failure> or <error> (its message attribute holds the row's message)
@@ -61,7 +60,3 @@ def render_junit(report) -> str:
                       type="nothing_judged")
     ET.indent(suite)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
-
-
-def write_junit(report, path) -> None:
-    write_text_atomic(path, render_junit(report))
