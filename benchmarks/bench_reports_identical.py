@@ -16,20 +16,21 @@ with its own directory first on ``PYTHONPATH``), writing the terminal report (st
   each with one mistake (negated, doubled, zeros, halves of the last axis exchanged, one ulp
   off, a NaN fill, unwritten from element 64 on, truncated instead of rounded, the bits of the
   other 16-bit dtype, a copy of an input, a few elements far off), files missing, too short or
-  of another dtype, statuses wrong, cases not run; judged under every standard, with and
-  without the HTML report (which collects heat maps), with ``--heatmap-axes``; the deliberately
-  broken kernels of tests/impls (``refspec run``); and the Python API with ``fast=True`` and
-  ``fast=False`` (the compiled pass, the NumPy pass for every output).
+  of another dtype, statuses wrong, cases not run; judged under every standard (the smoke
+  sweep; ``default`` and ``ascend-mixed`` on the standard sweep), with and without the HTML
+  report (which collects heat maps), with ``--heatmap-axes``; the deliberately broken kernels of
+  tests/impls (``refspec run``); and the Python API with ``fast=True`` and ``fast=False`` (the
+  compiled pass, the NumPy pass for every output).
 
 The kernels are this tree's files (tests/impls), the same for both trees. Masked before the
 files are compared, as they differ from run to run: the JSON's ``elapsed_seconds``, the JUnit
 suite's ``time``, and the HTML report's anchors and gradient ids (made from Python object ids,
 renumbered in order of appearance), and the line saying that numba compiles the compiled pass
 (on standard error, once after a tree's pass changed). Nothing else is masked: the paths are
-the same files for both trees. The timings: one comparison of the standard sweep's tier (the golden itself, and
-the broken kernel's directory) in each tree, after one warm-up comparison each (which loads, or
-compiles, the trees' compiled pass). The script asserts nothing; it prints each pair that
-differs with its first differing line, and exits 1 when any does.
+the same files for both trees. The timings: one comparison of the standard sweep's tier (the
+golden itself, and the broken kernel's directory) in each tree, after one warm-up comparison
+each (which loads, or compiles, the tree's compiled pass). The script asserts nothing; it prints
+each pair of files that differ with its first differing line, and exits 1 when any does.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ import numpy as np
 import refspec.goldens as goldens
 from refspec.spec.dtypes import bfloat16, round_to
 
+from bench_diagnosis import MISTAKES as DIAGNOSIS_MISTAKES, wrong as diagnosis_mistake
 from results import print_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -60,8 +62,10 @@ MISTAKES = (None, "negated", None, "doubled", None, "zeros", None, "halves", Non
             None, "nan", None, "tail", None, "truncated", None, "twin", None, "copy", None,
             "far_off", None, "missing", None, "short", None, "other_dtype")
 #: broken kernels of tests/impls run through `refspec run` on the smoke sweep: (file:object, --op)
-RUN_KERNELS = (("numpy_float32.py:LOST_MINUS", None), ("numpy_float32.py:MISSING_REJECTION", None),
-               ("diagnosis_kernels.py:SIGN", "rope_grad"), ("diagnosis_kernels.py:SCALE", "rope_grad"))
+RUN_KERNELS = (("numpy_float32.py:LOST_MINUS", None),
+               ("numpy_float32.py:MISSING_REJECTION", None),
+               ("diagnosis_kernels.py:SIGN", "rope_grad"),
+               ("diagnosis_kernels.py:SCALE", "rope_grad"))
 STANDARDS = ("default", "ascend-mixed", "vendor-threshold", "torch", "ratio")
 
 
@@ -74,21 +78,11 @@ def _twin_bits(exact: np.ndarray, dtype) -> np.ndarray:
 
 
 def _wrong(mistake: str, expected: np.ndarray, exact: np.ndarray, inputs: dict) -> np.ndarray:
-    """An output of the golden's dtype with one mistake."""
+    """An output of the golden's dtype with one mistake: those of bench_diagnosis.py, and more."""
     dt = expected.dtype
     with np.errstate(all="ignore"):
-        if mistake == "negated":
-            return -expected
-        if mistake == "doubled":
-            return round_to(2 * exact, dt)
-        if mistake == "zeros":
-            return np.zeros_like(expected)
-        if mistake == "halves" and expected.ndim and expected.shape[-1] % 2 == 0:
-            h = expected.shape[-1] // 2
-            return np.ascontiguousarray(np.concatenate([expected[..., h:], expected[..., :h]], -1))
-        if mistake == "one_ulp":
-            return round_to(exact * (1 + 2.0 ** -7), dt) if dt.itemsize == 2 else \
-                np.nextafter(expected.astype(np.float64), np.inf).astype(dt)
+        if mistake in DIAGNOSIS_MISTAKES:
+            return diagnosis_mistake(expected, exact, mistake)
         if mistake == "nan":
             return np.full_like(expected, np.nan)
         if mistake == "tail":
@@ -228,7 +222,8 @@ def judge_all(tree: str, data: str, out: str, commands: dict) -> dict:
         with open(stem + ".txt", "w") as fh:
             fh.write(proc.stdout + f"exit code {proc.returncode}\n" + proc.stderr)
         if name in WITHOUT_HTML:
-            proc = subprocess.run([sys.executable, "-m", "refspec", *args, f"--json={stem}-alone.json"],
+            proc = subprocess.run([sys.executable, "-m", "refspec", *args,
+                                   f"--json={stem}-alone.json"],
                                   capture_output=True, text=True, env=env, cwd=data)
             with open(stem + "-alone.txt", "w") as fh:
                 fh.write(proc.stdout + f"exit code {proc.returncode}\n" + proc.stderr)

@@ -28,8 +28,8 @@ COMPILED_ABOVE = 1 << 16
 class CompareOptions:
     """The options of one comparison (``refspec.compare`` documents each keyword).
 
-    The first eight fields are how each output is judged (in this order, as ``JudgeOptions``
-    took them); then how blocks are read and judged; then which cases are judged and where."""
+    The first eight fields are how each output is judged; then how blocks are read and judged;
+    then which cases are judged and where."""
 
     standard: str = "default"
     rtol: float | None = None
