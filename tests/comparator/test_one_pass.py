@@ -163,3 +163,18 @@ def test_the_error_map_is_the_one_a_pass_of_its_own_keeps(rng, fast):
     assert res.status == "fail" and res.heat_axes == ("S", "D")
     assert np.array_equal(res.metrics.heatmap, alone.heatmap)
     assert judge(_job(case, e.copy(), rule, opts), "ctx").metrics.heatmap is None
+
+
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("standard", ["default", "ascend-mixed", "vendor-threshold"])
+def test_keeping_the_error_map_changes_nothing_else(rng, fast, standard):
+    """With the HTML report's map kept in the same pass, every other field of the report is
+    the one a comparison without it gives."""
+    g = rng.standard_normal(int(np.prod(SHAPE))) * 300
+    case, e = _case(g, BF16)
+    a = _kernel(rng, g, e, BF16)
+    rule = resolve_rule(standard, "bfloat16", "elementwise", None)
+    plain = judge(_job(case, a, rule, _options(fast, standard=standard)), "ctx")
+    mapped = judge(_job(case, a, rule, _options(fast, standard=standard, heatmaps=True)), "ctx")
+    assert plain.status != "pass" and mapped.metrics.heatmap is not None
+    assert plain.to_dict() == mapped.to_dict()
