@@ -178,5 +178,3 @@ def exact_terms(record, case, name: str) -> np.ndarray | None:
         return None
     t = terms.get(name)
     return None if t is None or t.sum_abs is None else np.asarray(t.sum_abs, np.float64)
-
-

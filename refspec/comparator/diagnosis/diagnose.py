@@ -77,7 +77,6 @@ def _dedupe(found: list[Finding]) -> list[Finding]:
     return out
 
 
-
 # --- reading a failing output -----------------------------------------------------------------
 
 def sample_rows(shape: tuple, limit: int = SAMPLE_ELEMENTS) -> np.ndarray | None:
@@ -150,4 +149,3 @@ def _others(case, name: str, n: int) -> dict:
 def diagnose_output(case, golden, actual, rule) -> list[Finding]:
     """The diagnosis of one failing output (``read_subject``, then ``diagnose``)."""
     return diagnose(read_subject(case, golden, actual, rule, ops.find(case.op)))
-

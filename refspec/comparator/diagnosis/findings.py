@@ -136,5 +136,3 @@ def share(x: float) -> str:
 
 def finite(x: float):
     return x if np.isfinite(x) else str(x)
-
-

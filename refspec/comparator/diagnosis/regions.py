@@ -78,5 +78,3 @@ def pow2(n: int) -> str:
         return ""
     k = (n & -n).bit_length() - 1
     return f" (= {n >> k} x 2^{k})" if k >= 4 else ""
-
-

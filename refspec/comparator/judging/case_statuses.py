@@ -71,8 +71,6 @@ def judge_status(case, code, why, report, source: ActualSource, unjudged=None) -
     return True
 
 
-
-
 def math_only_note(unjudged: list) -> str:
     """The report's note on the math-only cases whose status was not judged."""
     def what(code, expected):

@@ -187,7 +187,6 @@ def open_bin(path: str, golden_dtype: np.dtype, golden_shape, source: str):
     return RawFileActual(source, path, 0, stored, golden_shape, golden_dtype)
 
 
-
 def check_array(arr: np.ndarray, golden_dtype, golden_shape, source: str):
     """An in-memory array as an ActualArray or a Problem (dtype/shape checks)."""
     try:
@@ -211,4 +210,3 @@ def mismatch(source, dtype, shape, golden_dtype, golden_shape, where=None):
         return Problem("shape_mismatch", f"{where}: shape {tuple(shape)} but the golden output "
                                          f"has shape {tuple(golden_shape)}", source)
     return None
-

@@ -41,7 +41,6 @@ def file_names(output: str, op: str | None) -> list[str]:
     return record.file_stems(output)
 
 
-
 def read_status(path: str):
     """``(code, None)`` from a status file ``{"code": N}`` (0: the kernel accepted the input),
     ``(None, None)`` when there is none, ``(None, why)`` when it cannot be read."""
@@ -105,5 +104,3 @@ class ActualSource:
     def __exit__(self, *exc):
         self.close()
         return False
-
-

@@ -12,7 +12,7 @@ from ...spec.errors import one_line
 from .arrays import H5Actual, Problem, mismatch
 from .base import ActualSource, file_names
 
-__all__ = ['H5Source']
+__all__ = ["H5Source"]
 
 
 class H5Source(ActualSource):
@@ -89,5 +89,3 @@ class H5Source(ActualSource):
         for f in (self._file, self._golden):
             if f is not None:
                 f.close()
-
-

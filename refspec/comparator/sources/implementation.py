@@ -324,5 +324,3 @@ def _takes(fn, name: str) -> bool:
     except (TypeError, ValueError):
         return False
     return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-

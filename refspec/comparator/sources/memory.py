@@ -5,7 +5,7 @@ from __future__ import annotations
 from .arrays import Problem, check_array
 from .base import ActualSource, file_names
 
-__all__ = ['MemorySource']
+__all__ = ["MemorySource"]
 
 
 class MemorySource(ActualSource):
@@ -29,4 +29,3 @@ class MemorySource(ActualSource):
                     return Problem("missing", f"{stem} is None")
                 return check_array(table[stem], dtype, shape, f"{self.path}[{stem}]")
         return Problem("missing", f"no array named {output} (have: {', '.join(map(str, table)) or 'none'})")
-

@@ -10,7 +10,7 @@ from ...spec.errors import one_line
 from .arrays import Problem, check_array, open_npy
 from .base import ActualSource, file_names
 
-__all__ = ['NpzSource']
+__all__ = ["NpzSource"]
 
 
 class NpzSource(ActualSource):
@@ -70,5 +70,3 @@ class NpzSource(ActualSource):
     def close(self):
         if self._npz is not None:
             self._npz.close()
-
-

@@ -1,6 +1,6 @@
-"""Directory trees of actual outputs (docs/compare.md, "Actual outputs"): ``<case_id>/<output>.bin|.npy``,
-what ``refspec export`` lays out (the kernel's files next to the inputs; aclnn camelCase or
-Python snake_case names), with a ``status.json`` per case."""
+"""Directory trees of actual outputs (docs/compare.md, "Actual outputs"):
+``<case_id>/<output>.bin|.npy``, what ``refspec export`` lays out (the kernel's files next to the
+inputs; aclnn camelCase or Python snake_case names), with a ``status.json`` per case."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from ...goldens.case_files import STATUS_FILE, export_root
 from .arrays import Problem, open_bin, open_npy
 from .base import ActualSource, file_names, read_status
 
-__all__ = ['TreeSource']
+__all__ = ["TreeSource"]
 
 
 class TreeSource(ActualSource):
@@ -63,5 +63,3 @@ class TreeSource(ActualSource):
     def _has_files(d, output, op):
         return any(os.path.exists(os.path.join(d, s + e)) for s in file_names(output, op)
                    for e in (".bin", ".npy"))
-
-
