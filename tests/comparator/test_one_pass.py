@@ -178,3 +178,53 @@ def test_keeping_the_error_map_changes_nothing_else(rng, fast, standard):
     mapped = judge(_job(case, a, rule, _options(fast, standard=standard, heatmaps=True)), "ctx")
     assert plain.status != "pass" and mapped.metrics.heatmap is not None
     assert plain.to_dict() == mapped.to_dict()
+
+
+@pytest.mark.parametrize("axes", [None, "SD", "DS", "S", "D"])
+@pytest.mark.parametrize("special", [False, True])
+def test_the_compiled_pass_and_the_numpy_pass_draw_one_error_map(rng, axes, special):
+    """The same map from both passes, over any axes, whether a block holds special values or
+    not (a map is a maximum: exact in any order)."""
+    g = rng.standard_normal(int(np.prod(SHAPE)))
+    case, e = _case(g, np.float16)
+    a = _kernel(rng, g, e, np.float16)
+    if special:
+        a[::4999] = np.nan
+    rule = resolve_rule("default", "float16", "elementwise", None)
+    maps = [judge(_job(case, a, rule, _options(fast, heatmaps=True, heatmap_axes=axes)),
+                  "ctx").metrics.heatmap for fast in (True, False)]
+    assert maps[0].shape == maps[1].shape and maps[0].max() > 1
+    assert np.array_equal(maps[0], maps[1])
+
+
+@pytest.mark.parametrize("shape, i, j", [((3, 4, 5, 6), 2, 3), ((3, 4, 5, 6), 3, 1),
+                                         ((2, 7, 1, 9), 1, None), ((6, 10), 0, 1),
+                                         ((4, 3, 8), 0, 2)])
+def test_the_error_map_folds_as_an_element_by_element_maximum(rng, shape, i, j):
+    """``ErrorMap.add`` over steps of every length, contiguous and scattered, from any flat
+    index, against the largest value per cell found element by element here."""
+    from refspec.comparator.judging.error_map import ErrorMap
+    n = int(np.prod(shape))
+    values = rng.random(n) * 3
+    values[::13] = np.inf
+    want = np.zeros((shape[i], shape[j]) if j is not None else (1, shape[i]))
+    for flat, v in enumerate(values):
+        idx = np.unravel_index(flat, shape)
+        cell = (idx[i], idx[j]) if j is not None else (0, idx[i])
+        want[cell] = max(want[cell], min(v, 1e300))
+    got = ErrorMap(shape, i, j)
+    lo = 0
+    for size in rng.integers(1, n // 2, 40):
+        hi = min(lo + int(size), n)
+        if lo % 2:
+            where = np.flatnonzero(rng.random(hi - lo) < 0.7)
+            got.add(lo, where, values[lo:hi][where])
+            rest = np.setdiff1d(np.arange(hi - lo), where)
+            got.add(lo, rest, values[lo:hi][rest])
+        else:
+            got.add(lo, None, values[lo:hi])
+        lo = hi
+        if lo == n:
+            break
+    got.add(lo, None, values[lo:])
+    assert np.array_equal(got.cells, want)

@@ -432,15 +432,34 @@ def _keep_top(c, T, out, mant, lowest):
 
 @njit(inline="always")
 def _heat_add(c, heat):
-    """The chunk's badness into the map: the largest per cell (capped at 1e300)."""
+    """The chunk's badness into the map: the largest per cell (capped at 1e300). Along a run
+    of consecutive elements the cell's row and column are stepped, not divided out again."""
     cells = heat.cells
+    if c.mapped:
+        for k in range(c.m):
+            flat = c.flat0 + c.I[k]
+            row = (flat // heat.row_stride) % heat.rows
+            col = (flat // heat.col_stride) % heat.cols
+            v = min(c.BAD[k], 1e300)
+            if v > cells[row, col]:
+                cells[row, col] = v
+        return
+    flat = c.flat0 + c.c0
+    rq, rr = flat // heat.row_stride, flat % heat.row_stride
+    cq, cr = flat // heat.col_stride, flat % heat.col_stride
+    row, col = rq % heat.rows, cq % heat.cols
     for k in range(c.m):
-        flat = c.flat0 + (c.I[k] if c.mapped else c.c0 + k)
-        row = (flat // heat.row_stride) % heat.rows
-        col = (flat // heat.col_stride) % heat.cols
         v = min(c.BAD[k], 1e300)
         if v > cells[row, col]:
             cells[row, col] = v
+        rr += 1
+        if rr == heat.row_stride:
+            rr = 0
+            row = row + 1 if row + 1 < heat.rows else 0
+        cr += 1
+        if cr == heat.col_stride:
+            cr = 0
+            col = col + 1 if col + 1 < heat.cols else 0
 
 
 @njit(nogil=True, error_model="numpy", fastmath={"reassoc"})

@@ -13,9 +13,10 @@ from __future__ import annotations
 import math
 from collections import namedtuple
 from dataclasses import dataclass, field
-from math import prod
 
 import numpy as np
+
+from .error_map import ErrorMap
 
 __all__ = ["Accumulator", "Metrics", "Element", "BlockResults", "Counts", "Sums", "ULP_BIN_EXPONENTS",
            "ulp_bin_labels", "product_sums", "top_order", "cosine"]
@@ -202,24 +203,12 @@ class Accumulator:
         self._sum_rel = 0.0
         self._n_rel = 0
         self._cand: list[Element] = []
-        self._heat = None
-        if heat is not None:
-            shape, i, j = heat
-            self._heat_shape, self._hi, self._hj = shape, i, j
-            self._heat = np.zeros((shape[i], shape[j]) if j is not None else (1, shape[i]))
+        self._heat = None if heat is None else ErrorMap(*heat)
 
     def heat_geometry(self):
-        """The 2-D map and how a flat index finds its cell: (cells, row stride, rows, column
-        stride, columns) with rows along axis i and columns along axis j (one row for one
-        axis); None when no map is kept."""
-        if self._heat is None:
-            return None
-        shape = self._heat_shape
-        strides = [prod(shape[i + 1:]) for i in range(len(shape))]
-        if self._hj is None:
-            return (self._heat, 1, 1, strides[self._hi], shape[self._hi])
-        return (self._heat, strides[self._hi], shape[self._hi], strides[self._hj],
-                shape[self._hj])
+        """The 2-D map and how a flat index finds its cell (``ErrorMap.geometry``); None when
+        no map is kept."""
+        return None if self._heat is None else self._heat.geometry()
 
     # -- numeric elements ------------------------------------------------------------------
     def add_numeric(self, flat0: int, where: np.ndarray | None, a: np.ndarray, g: np.ndarray,
@@ -249,7 +238,7 @@ class Accumulator:
         self._hist(ulps)
         self._keep_worst(flat0, where, a, g, ad, ulps, bad, bmax)
         if self._heat is not None:
-            self._heat_add(flat0, where, bad)
+            self._heat.add(flat0, where, bad)
 
     def add_block_results(self, out: BlockResults) -> None:
         """The numeric elements of one block as the compiled pass accumulated them: the same
@@ -317,7 +306,7 @@ class Accumulator:
                                           "nan mismatch" if nan_mismatch[k] else "inf mismatch"))
             self._trim()
             if self._heat is not None:
-                self._heat_add(flat0, where[~matched], np.full(int((~matched).sum()), np.inf))
+                self._heat.add(flat0, where[~matched], np.full(int((~matched).sum()), np.inf))
 
     def add_rounded(self, failures: int, max_abs_unrounded: float) -> None:
         """Of one step's numeric elements: how many over the rule equal the rounded golden, and
@@ -399,16 +388,6 @@ class Accumulator:
             self._cand.sort(key=_worst_key, reverse=True)
             del self._cand[self.top:]
 
-    def _heat_add(self, flat0, where, values) -> None:
-        shape = self._heat_shape
-        flat = flat0 + (np.arange(values.size) if where is None else where)
-        idx = np.unravel_index(flat, shape)
-        if self._hj is None:
-            rows, cols = np.zeros_like(idx[self._hi]), idx[self._hi]
-        else:
-            rows, cols = idx[self._hi], idx[self._hj]
-        np.maximum.at(self._heat, (rows, cols), np.minimum(values, 1e300))
-
     def finish(self) -> Metrics:
         m = self.m
         if m.n_numeric:
@@ -426,5 +405,5 @@ class Accumulator:
             if len(worst) == self.top:
                 break
         m.worst = worst
-        m.heatmap = self._heat
+        m.heatmap = None if self._heat is None else self._heat.cells
         return m
