@@ -28,8 +28,9 @@ suite's ``time``, and the HTML report's anchors and gradient ids (made from Pyth
 renumbered in order of appearance), and the line saying that numba compiles the compiled pass
 (on standard error, once after a tree's pass changed). Nothing else is masked: the paths are
 the same files for both trees. The timings: one comparison of the standard sweep's tier (the
-golden itself, and the broken kernel's directory) in each tree, after one warm-up comparison
-each (which loads, or compiles, the tree's compiled pass). The script asserts nothing; it prints
+golden itself, and the broken kernel's directory; without report files and with all three) in
+each tree, one after the other, after one warm-up comparison each (which loads, or compiles,
+the tree's compiled pass). The script asserts nothing; it prints
 each pair of files that differ with its first differing line, and exits 1 when any does.
 """
 
@@ -275,14 +276,30 @@ def differences(a: str, b: str) -> tuple[int, list[str]]:
     return found, out
 
 
-def timed(tree: str, data: str, args: list, warm: bool) -> float:
+def timed(tree: str, data: str, args: list) -> float:
+    """Seconds of one ``python -m refspec ARGS`` in ``tree``."""
     env = {**os.environ, "PYTHONPATH": tree}
-    if warm:
-        subprocess.run([sys.executable, "-m", "refspec", *args], capture_output=True, env=env,
-                       cwd=data)
     t = time.perf_counter()
     subprocess.run([sys.executable, "-m", "refspec", *args], capture_output=True, env=env, cwd=data)
     return time.perf_counter() - t
+
+
+def side_by_side(other: str, data: str) -> dict:
+    """The standard sweep's comparison, one run each in the other tree and this one, one after
+    the other: the golden itself and the broken kernel's directory, with no report file and
+    with all three (after one warm-up comparison in each tree)."""
+    golden = os.path.join(data, "standard.h5")
+    reports = [f"--{kind}={os.path.join(data, 'timed.' + kind)}"
+               for kind in ("json", "junit", "html")]
+    for tree in (other, TREE):
+        timed(tree, data, ["compare", golden, golden])
+    t = {}
+    for label, actual in (("golden", golden), ("broken", os.path.join(data, "broken-standard"))):
+        for extra, what in (([], ""), (reports, " --json --junit --html")):
+            o = timed(other, data, ["compare", golden, actual, *extra])
+            n = timed(TREE, data, ["compare", golden, actual, *extra])
+            t[f"compare {label}{what}: other s, this s, this / other"] = (o, n, n / o)
+    return t
 
 
 def main(argv=None) -> int:
@@ -316,15 +333,8 @@ def main(argv=None) -> int:
         results["seconds of every comparison, other / this"] = (sum(other.values()),
                                                                 sum(this.values()))
         if "standard" in args.sweeps:
-            golden = os.path.join(data, "standard.h5")
-            t = {}
-            for label, actual in (("golden", golden),
-                                  ("broken", os.path.join(data, "broken-standard"))):
-                o = timed(os.path.abspath(args.against), data, ["compare", golden, actual], True)
-                n = timed(TREE, data, ["compare", golden, actual], True)
-                t[f"compare {label}: other s"], t[f"compare {label}: this s"] = o, n
-                t[f"compare {label}: this / other"] = n / o
-            results[f"the standard sweep's tier {args.tier}, one run each"] = t
+            results[f"the standard sweep's tier {args.tier}, one run each"] = side_by_side(
+                os.path.abspath(args.against), data)
         results["load average at the end"] = os.getloadavg()[0]
         print_results(results)
         for line in diff:
