@@ -4,8 +4,9 @@
 The blocks of the golden's plan (``streaming.plan_blocks``) are read side by side from the
 exact golden, the actual and, when the rule needs them, the rounded golden and the sums of
 |terms|; each block goes through the compiled pass (``compiled_blocks.CompiledBlocks``, blocks in
-threads with ``options.pool``) or, for the outputs ``uses_compiled`` leaves to it, the NumPy
-pass (``numpy_pass.numpy_block``), under the rule's ``bounds.ElementBounds``, into one
+threads with ``options.pool``, one after the other when an error map is kept: its cells are
+shared) or, for the outputs ``uses_compiled`` leaves to it, the NumPy pass
+(``numpy_pass.numpy_block``), under the rule's ``bounds.ElementBounds``, into one
 ``metrics.Accumulator``.
 """
 
