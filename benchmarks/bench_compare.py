@@ -122,7 +122,7 @@ def child(kind: str, golden: str, actual: str, dtype: str) -> dict:
         import dataclasses
 
         from refspec.comparator import compare
-        from refspec.comparator.memory_case import spec_case
+        from refspec.comparator.sources.memory_case import spec_case
         rng = np.random.default_rng(0)
         x = rng.standard_normal((1, 1, 4, 8)).astype(np.float32)
         warm = spec_case("rotary_position_embedding", x=x, cos=x, sin=x, mode=0)

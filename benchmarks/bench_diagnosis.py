@@ -37,7 +37,7 @@ from results import print_results
 MISTAKES = ("negated", "doubled", "zeros", "halves", "one_ulp")
 
 
-def _wrong(expected: np.ndarray, exact: np.ndarray, mistake: str) -> np.ndarray:
+def wrong(expected: np.ndarray, exact: np.ndarray, mistake: str) -> np.ndarray:
     """A kernel's wrong output of the golden's dtype."""
     dt = expected.dtype
     if mistake == "negated":
@@ -60,14 +60,14 @@ def actuals(path: str, failing: int) -> tuple[dict, int]:
         rows = [(cid, name) for cid in gf.case_ids() if not gf[cid].is_negative
                 for name in gf[cid].output_names]
         stride = max(1, len(rows) // max(failing, 1))
-        wrong = {rows[i]: MISTAKES[k % len(MISTAKES)]
-                 for k, i in enumerate(range(0, len(rows), stride)) if k < failing}
+        mistakes = {rows[i]: MISTAKES[k % len(MISTAKES)]
+                    for k, i in enumerate(range(0, len(rows), stride)) if k < failing}
         out: dict = {}
         for cid, name in rows:
             case = gf[cid]
             expected = case.expected[name][()]
-            if (cid, name) in wrong:
-                expected = _wrong(expected, np.asarray(case.exact[name][()]), wrong[(cid, name)])
+            if (cid, name) in mistakes:
+                expected = wrong(expected, np.asarray(case.exact[name][()]), mistakes[(cid, name)])
             out.setdefault(cid, {})[name] = expected
     return out, len(rows)
 

@@ -52,7 +52,7 @@ def pytest_collection_modifyitems(session, config, items):
     if not impl:
         raise pytest.UsageError("--refspec-golden needs --refspec-impl MODULE (the implementation "
                                 "to judge)")
-    from .comparator.implementation import Implementation
+    from .comparator.sources.implementation import Implementation
     source = _Source(Implementation(impl, config.getoption("refspec_framework"),
                                     config.getoption("refspec_device"),
                                     config.getoption("refspec_autograd"),
@@ -72,8 +72,8 @@ class _Source:
 
     def get(self):
         if self._opened is None:
-            from .comparator.frameworks import FrameworkError
-            from .comparator.implementation import ImplementationError
+            from .comparator.sources.frameworks import FrameworkError
+            from .comparator.sources.implementation import ImplementationError
             try:
                 self._opened = self.implementation.open()
             except (ImplementationError, FrameworkError) as exc:
@@ -112,14 +112,10 @@ def failure_text(report) -> str:
     does not already say it, the row's detail (a negative case's ``(status) = 0 but should be
     561002`` and why the input is invalid), as the terminal report words them; then the
     diagnosis, the hint and the command that regenerates the case."""
+    from .comparator.reports.detail import detail_lines
     lines = []
     for r in report.failures:
-        lines.append(r.message or f"{r.output}: {r.status}: {r.reason}")
-        if r.message and r.reason and r.reason not in r.message:
-            lines.append(r.reason)
-        lines += r.diagnosis_lines()
-        if r.hint:
-            lines.append(f"hint: {r.hint}")
+        lines += detail_lines(r, ("message", "new_reason", "diagnosis", "hint"))
     regenerate = next((r.regenerate for r in report.failures if r.regenerate), "")
     if regenerate:
         lines.append(f"regenerate: {regenerate}")

@@ -16,8 +16,9 @@ A failure raises ``AssertionError`` whose first line is the message of the faili
 from __future__ import annotations
 
 from .comparator import compare
-from .comparator.memory_case import spec_case
-from .comparator.report import Report
+from .comparator.reports.detail import detail_lines
+from .comparator.reports.report import Report
+from .comparator.sources.memory_case import spec_case
 
 __all__ = ["assert_matches_golden", "assert_allclose_to_spec"]
 
@@ -33,15 +34,8 @@ def _raise_if_failed(report: Report) -> Report:
                              + ", ".join(ids[:5]) + (" ..." if len(ids) > 5 else "")
                              + f"\n{report.summary_line()}")
     first = failed[0]
-    lines = [first.message]
-    lines.append(f"{first.output}: {first.reason}; rule: {first.rule}" if first.rule
-                 else f"{first.output}: {first.reason}")
-    lines += first.diagnosis_lines()
-    if first.metrics is not None and len(first.metrics.worst) > 1:
-        lines.append("worst elements:")
-        lines += ["  " + first.element_line(e) for e in first.metrics.worst[1:5]]
-    if first.regenerate:
-        lines.append(f"regenerate: {first.regenerate}")
+    lines = detail_lines(first, ("message", "reason_and_rule", "diagnosis", "hint", "more_worst",
+                                 "regenerate"))
     if len(failed) > 1:
         lines.append(f"{len(failed) - 1} more failing outputs: " +
                      ", ".join(f"{r.case_id}:{r.output}" for r in failed[1:6]) +

@@ -1,7 +1,8 @@
 """Grids of in-memory golden cases built with the spec functions (every RoPE mode, layout,
 broadcast pattern and dtype; every NormRopeConcat attribute combination), and the device-like
-implementations of tests/implementations.py run on them. Nothing here computes operator math
-itself: the cases come from refspec.comparator.spec_case, the outputs from implementations.py.
+implementations of tests/impls/implementations.py run on them. Nothing here computes operator
+math itself: the cases come from refspec.comparator.spec_case, the outputs from
+implementations.py.
 """
 
 from __future__ import annotations

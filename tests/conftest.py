@@ -1,11 +1,16 @@
-"""Shared fixtures for the tests of the executable spec."""
+"""Shared fixtures for the tests of the executable spec; the test kernels of tests/impls/
+importable by name (``import implementations``), as they import each other."""
 
 from __future__ import annotations
 
+import sys
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "impls"))
 
 
 @pytest.fixture

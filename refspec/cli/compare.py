@@ -11,7 +11,7 @@ from dataclasses import replace
 import click
 
 from .. import ops
-from ..comparator.standards import STANDARD_NAMES
+from ..comparator.judging.standards import STANDARD_NAMES
 from ..goldens.format import UnknownCaseError
 from .usage_errors import CliError, OutputPath
 
@@ -76,13 +76,14 @@ def compare_command(golden, actual, mapping, msprobe, **options):
     def source():
         if msprobe is None:
             return actual, mapping
-        from ..comparator.dump_source import msprobe_source
+        from ..comparator.sources.msprobe_dumps import msprobe_source
         return msprobe_source(golden, msprobe, actual, mapping), None
-    return judge(golden, source, **options)
+    return compare_and_report(golden, source, **options)
 
 
 #: the options of `refspec compare` that say which reports are written and how the terminal
-#: report looks; every other option is a field of ``refspec.comparator.options.CompareOptions``
+#: report looks; every other option is a field of
+#: ``refspec.comparator.judging.options.CompareOptions``
 REPORT_OPTIONS = ("json_path", "junit_path", "html_path", "failures_only", "verbose")
 
 
@@ -90,7 +91,7 @@ def compare_options(options: dict):
     """The ``CompareOptions`` of the command line's comparison options (click's names are its
     field names): repeated options as lists (None when not given), ``--jobs 0`` one per CPU,
     the scheduler's address, heat maps for an HTML report."""
-    from ..comparator.options import CompareOptions
+    from ..comparator.judging.options import CompareOptions
     from ..goldens.executors import scheduler_address
 
     given = {k: v for k, v in options.items() if k not in REPORT_OPTIONS}
@@ -102,18 +103,18 @@ def compare_options(options: dict):
                                                   and 1 <= len(given["heatmap_axes"]) <= 2):
         raise CliError(f"--heatmap-axes {given['heatmap_axes']!r}: give one or two axis "
                        "letters, e.g. SD")
-    return CompareOptions(heatmaps=options["html_path"] is not None, **given)
+    return CompareOptions(heatmaps=any(f.heatmaps for f in _formats(options)), **given)
 
 
-def judge(golden, source, **options) -> int:
+def compare_and_report(golden, source, **options) -> int:
     """Judge the actual outputs ``source()`` gives (``(actual, mapping)``) against GOLDEN with
     the command line's ``options`` (``REPORT_OPTIONS`` and ``compare_options``) and print and
     write the reports; the exit code (``refspec compare``, ``refspec run``, ``refspec
     check-dump``)."""
     from ..comparator import CompareUsageError, MappingError
-    from ..comparator.frameworks import FrameworkError
-    from ..comparator.implementation import ImplementationError
-    from ..comparator.run import compare_with
+    from ..comparator.sources.frameworks import FrameworkError
+    from ..comparator.sources.implementation import ImplementationError
+    from ..comparator.comparison import compare_with
     from ..goldens.executors import SchedulerUnavailable, WorkerLost
 
     opts = compare_options(options)
@@ -130,21 +131,21 @@ def judge(golden, source, **options) -> int:
     return report.exit_code
 
 
+def _formats(options: dict) -> list:
+    """The report formats whose files were asked for (``--json PATH`` and the like)."""
+    from ..comparator.reports.formats import FORMATS
+    return [f for name, f in FORMATS.items() if options.get(f"{name}_path") is not None]
+
+
 def _write_reports(report, options: dict) -> None:
     """The terminal report, and the JSON, JUnit and HTML files asked for."""
-    from ..comparator.render_text import render_text, terminal_width
+    from ..comparator.reports.formats import write_report
+    from ..comparator.reports.render_text import render_text, terminal_width
 
     click.echo(render_text(report, width=terminal_width(), verbose=options["verbose"],
                            failures_only=options["failures_only"]))
-    if options["json_path"]:
-        from ..comparator.render_json import write_json
-        write_json(report, options["json_path"])
-    if options["junit_path"]:
-        from ..comparator.render_junit import write_junit
-        write_junit(report, options["junit_path"])
-    if options["html_path"]:
-        from ..comparator.render_html import write_html
-        write_html(report, options["html_path"])
+    for f in _formats(options):
+        write_report(report, f.name, options[f"{f.name}_path"])
     sys.stdout.flush()
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from .compare import compare_command, judge
+from .compare import compare_and_report, compare_command
 
 __all__ = ["register", "run_command"]
 
@@ -23,10 +23,11 @@ def _run(golden, impl, framework, device, autograd, repeat, require_all, **optio
     `refspec compare`: same standards, statuses and reports. --framework torch passes tensors on
     --device; --autograd judges the backward cases through the forward functions and torch
     autograd. Each case's median time of --repeat calls goes into the reports."""
-    from ..comparator.implementation import Implementation
+    from ..comparator.sources.implementation import Implementation
 
-    return judge(golden, lambda: (Implementation(impl, framework, device, autograd, repeat), None),
-                 only_present=not require_all, **options)
+    implementation = Implementation(impl, framework, device, autograd, repeat)
+    return compare_and_report(golden, lambda: (implementation, None),
+                              only_present=not require_all, **options)
 
 
 run_command = click.Command(

@@ -6,19 +6,33 @@
     report.to_dict()                  # everything, JSON-ready
 
 Metrics are float64 against the exact golden, streamed in blocks; standards are data
-(``refspec.comparator.standards``); input problems are per-output statuses. The names below
-load their modules on first use (PEP 562), so ``refspec.comparator.standards`` can be read
-without the judging machinery.
+(``refspec.comparator.judging.standards``); input problems are per-output statuses. The names
+below load their modules on first use (PEP 562), so the standards can be read without the rest
+of the machinery.
+
+Four rooms, imports only from a room to those before it:
+
+- ``sources``: where the actual outputs come from (directory trees, ``.npz``/``.npy``, HDF5,
+  msprobe dumps, arrays, an implementation's functions) and golden cases computed in memory;
+- ``judging``: how one output is judged (standards, the element checks, one pass over its
+  blocks, the verdict) and a case's status;
+- ``diagnosis``: why a failing output failed, and the patterns across cases;
+- ``reports``: how the verdicts are shown (the ``Report``, terminal, JSON, JUnit, HTML).
+
+``refspec.comparator.comparison`` sits above them: ``compare()`` runs a comparison through all
+four.
 """
 
 import importlib
 
 #: public name -> the module that defines it
 _EXPORTS = {
-    "compare": "run", "CompareUsageError": "run", "open_source": "run",
-    "Report": "report", "OutputResult": "report",
-    "MemoryCase": "memory_case", "spec_case": "memory_case",
-    "STANDARDS": "standards", "STANDARD_NAMES": "standards", "resolve_rule": "standards",
+    "compare": "comparison", "CompareUsageError": "sources.base", "open_source": "sources.opening",
+    "Report": "reports.report", "OutputResult": "judging.outcomes",
+    "MemoryCase": "sources.memory_case", "spec_case": "sources.memory_case",
+    "Implementation": "sources.implementation",
+    "STANDARDS": "judging.standards", "STANDARD_NAMES": "judging.standards",
+    "resolve_rule": "judging.standards",
     "Mapping": "..inputs.output_map", "MappingError": "..inputs.output_map",
     "load_mapping": "..inputs.output_map",
 }

@@ -34,7 +34,7 @@ from .format import GoldenFileError, check_case_id
 from .read import GoldenCase, GoldenFile, LazyArray
 from .selection import select_ids
 from .format import stored_dtype
-from .layout import CASE_JSON, EXPORT_SCHEMA, STATUS_FILE
+from .case_files import CASE_JSON, EXPORT_SCHEMA, STATUS_FILE
 
 __all__ = ["FORMATS", "ExportError", "ExportedFile", "export_cases", "case_dir"]
 

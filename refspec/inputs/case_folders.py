@@ -23,7 +23,7 @@ import shlex
 from .. import ops
 from ..ops.record import Call
 from ..spec.errors import one_line
-from ..goldens.layout import CASE_JSON, EXPORT_SCHEMA
+from ..goldens.case_files import CASE_JSON, EXPORT_SCHEMA
 from .tensor_files import (TensorFileError, bin_spec, npy_spec, read_tensor, sha256_of,
                            tensor_dtype)
 from .user_cases import UNSTATED, InputError, UserCase, attribute_value

@@ -1,11 +1,11 @@
-"""The fused pass (JudgeOptions.fast, the default; compiled with numba) gives the report of the
-reference step (fast=False, plain NumPy) on varied data: actuals identical to the rounded
+"""The compiled pass (CompareOptions.fast True; numba) gives the report of the NumPy pass
+(fast=False) on varied data: actuals identical to the rounded
 golden, 1-ulp perturbations, gross errors, NaN/Inf, signed zeros, subnormals, small values and
 zeros, goldens beyond the dtype's range, saturation, every dtype, comparison class, standard
 and --rtol/--atol overrides, several blocks, blocks judged in threads. Every verdict, count,
 maximum, element, histogram bin and worst element is equal; the three float sums (RMSE, cosine,
 mean relative error) are added in another order, so they agree to 1e-12 relative. Also the
-fused pass's bit-pattern ulp histogram against an independent count with math.frexp."""
+compiled pass's bit-pattern ulp histogram against an independent count with math.frexp."""
 
 from __future__ import annotations
 
@@ -20,11 +20,13 @@ import pytest
 
 from refspec.goldens.cases import CaseData
 from refspec.comparator import resolve_rule
-from refspec.comparator.actuals import ArrayActual
-from refspec.comparator.judge import JudgeOptions, judge_output
-from refspec.comparator.metrics import ULP_BIN_EXPONENTS
-from refspec.comparator.memory_case import MemoryCase
-from refspec.comparator.standards import STANDARD_NAMES
+from refspec.comparator.sources.arrays import ArrayActual
+from refspec.comparator.judging.golden_output import golden_output
+from refspec.comparator.judging.judge import JudgedOutput, judge
+from refspec.comparator.judging.options import CompareOptions
+from refspec.comparator.judging.metrics import ULP_BIN_EXPONENTS
+from refspec.comparator.sources.memory_case import MemoryCase
+from refspec.comparator.judging.standards import STANDARD_NAMES
 from refspec.spec.terms import OutputTerms
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -88,14 +90,20 @@ def _case(g, e, dtype, cls, K, S):
 POOL = ThreadPoolExecutor(2)
 
 
+def _judged(case, actual, rule, opts, bench=None, sum_abs=None):
+    """The verdict of output y of ``case``."""
+    return judge(JudgedOutput(case, golden_output(case, "y"), actual, rule, opts, bench, sum_abs),
+                 "ctx")
+
+
 def _both(case, a, dtype_name, cls, K, standard, sum_abs=None, bench=None, **over):
     rule = resolve_rule(standard, dtype_name, cls, K, **over)
     out = []
     for fast in (True, False):
-        opts = JudgeOptions(standard=standard, read_elements=100_000, fast=fast,
-                            pool=POOL if fast else None, **over)
-        out.append(judge_output(case, "y", ArrayActual("arr", a.reshape(SHAPE)), rule, opts,
-                                "ctx", bench, sum_abs))
+        opts = CompareOptions(standard=standard, read_elements=100_000, fast=fast,
+                              pool=POOL if fast else None, **over)
+        out.append(_judged(case, ArrayActual("arr", a.reshape(SHAPE)), rule, opts, bench,
+                           sum_abs))
     return out
 
 
@@ -172,8 +180,8 @@ def test_fast_equals_reference_copy_and_saturation():
     _assert_same(*_both(case, a, "float16", "copy", None, "default"))
     case = _case(g, e, np.float16, "elementwise", None, None)
     rule = resolve_rule("default", "float16", "elementwise", None)
-    res = [judge_output(case, "y", ArrayActual("arr", a.reshape(SHAPE)), rule,
-                        JudgeOptions(saturation=True, read_elements=70_000, fast=f), "ctx")
+    res = [_judged(case, ArrayActual("arr", a.reshape(SHAPE)), rule,
+                   CompareOptions(saturation=True, read_elements=70_000, fast=f))
            for f in (True, False)]
     _assert_same(*res)
 
@@ -187,8 +195,8 @@ def _bin_independent(x: float) -> int:
     return 1 + k - ULP_BIN_EXPONENTS[0]
 
 
-def test_fused_ulp_histogram_against_frexp():
-    """The fused pass bins ulps from bit patterns; an independent count with math.frexp of the
+def test_compiled_ulp_histogram_against_frexp():
+    """The compiled pass bins ulps from bit patterns; an independent count with math.frexp of the
     same ulp distances (a float64 output at g = 1, so the ulps are |a - 1| / 2^-52; binade
     edges, subnormal and huge distances included)."""
     ulps = np.array([0.0, 2.0 ** -40, 0.25, 0.5, 0.5000001, 1.0, 1.5, 2.0, 3.0, 4.0, 2.0 ** 20,
@@ -205,7 +213,7 @@ def test_fused_ulp_histogram_against_frexp():
     case = MemoryCase(CaseData("c/1", "rope", {"dtype": "float64"}, 0, {}, {"y": g}, {"y": g},
                                terms, {"y": "D"}))
     rule = resolve_rule("torch", "float64", "elementwise", None)
-    res = judge_output(case, "y", ArrayActual("arr", a), rule, JudgeOptions(fast=True), "ctx")
+    res = _judged(case, ArrayActual("arr", a), rule, CompareOptions(fast=True))
     assert res.metrics.ulp_hist == want.tolist()
 
 
@@ -216,7 +224,7 @@ def test_compare_fast_flag_same_report_on_a_spec_case(dtype, bug):
     """Through the public API, on a RoPE grad case computed by the spec (dx elementwise with the
     evaluation bound, dcos/dsin reductions with S), judged against a device-like kernel."""
     from refspec.comparator import compare
-    from refspec.comparator.memory_case import spec_case
+    from refspec.comparator.sources.memory_case import spec_case
     from implementations import rope_grad
 
     rng = np.random.default_rng(3)

@@ -18,8 +18,8 @@ import pytest
 import refspec
 import refspec.goldens as goldens
 from refspec.comparator import compare
-from refspec.comparator.pictures import heatmap_svg, integer_ticks
-from refspec.comparator.render_html import render_html
+from refspec.comparator.reports.pictures import heatmap_svg, integer_ticks
+from refspec.comparator.reports.render_html import render_html
 from refspec.goldens.cases import CaseData
 from refspec.goldens.example import rope_grad_case
 from browser import launch, needs_chromium

@@ -12,8 +12,10 @@ import pytest
 
 from refspec.goldens.cases import CaseData
 from refspec.comparator import compare, resolve_rule
-from refspec.comparator.judge import JudgeOptions
-from refspec.comparator.memory_case import MemoryCase
+from refspec.comparator.judging.golden_output import golden_output
+from refspec.comparator.judging.judge import JudgedOutput, judge
+from refspec.comparator.judging.options import CompareOptions
+from refspec.comparator.sources.memory_case import MemoryCase
 from refspec.spec.terms import OutputTerms
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -67,10 +69,9 @@ def test_streaming_in_small_blocks_gives_identical_metrics(rng):
     a = (g * (1 + rng.standard_normal(g.shape) * 1e-2)).astype(np.float16)
     case = one_case(g, np.float16)
     big = compare(case, {"y": a}).results[0].metrics
-    from refspec.comparator.judge import judge_output
     rule = resolve_rule("default", "float16", "elementwise", None)
-    small = judge_output(case, "y", _array_actual(a), rule, JudgeOptions(read_elements=7),
-                         "ctx").metrics
+    small = judge(JudgedOutput(case, golden_output(case, "y"), _array_actual(a), rule,
+                               CompareOptions(read_elements=7)), "ctx").metrics
     for field in ("n", "failures", "rmse", "cosine", "max_rel", "mean_rel", "n_small", "ulp_hist"):
         x, y = getattr(big, field), getattr(small, field)
         assert x == pytest.approx(y, rel=1e-12), field
@@ -79,7 +80,7 @@ def test_streaming_in_small_blocks_gives_identical_metrics(rng):
 
 
 def _array_actual(a):
-    from refspec.comparator.actuals import ArrayActual
+    from refspec.comparator.sources.arrays import ArrayActual
     return ArrayActual("arr", a)
 
 
@@ -194,7 +195,7 @@ def test_ratio_standard_uses_the_float32_benchmark():
 
 
 def test_rule_table_has_sources():
-    from refspec.comparator.standards import STANDARDS, standard_table
+    from refspec.comparator.judging.standards import STANDARDS, standard_table
     assert all(s.sources for s in STANDARDS.values())
     assert all(row["source"] for row in standard_table())
     assert resolve_rule("default", "bfloat16", "copy", None).bitwise

@@ -24,10 +24,10 @@ import refspec
 import refspec.goldens as goldens
 from refspec import ops
 from refspec.comparator import CompareUsageError, compare
-from refspec.comparator.metrics import cosine
-from refspec.comparator.render_html import render_html
-from refspec.comparator.render_junit import render_junit
-from refspec.comparator.render_text import render_text
+from refspec.comparator.judging.metrics import cosine
+from refspec.comparator.reports.render_html import render_html
+from refspec.comparator.reports.render_junit import render_junit
+from refspec.comparator.reports.render_text import render_text
 from refspec.goldens.example import rope_grad_case
 from refspec.goldens.export import export_cases as export
 from refspec.spec.dtypes import round_to
@@ -313,7 +313,7 @@ def test_a_case_beyond_float32_arithmetic_is_too_strict():
     """Inputs whose LayerNorm variance overflows float32 (a real run's, say): what a float32
     kernel gives there is too_strict, saying why, not a failure; a NaN on ordinary inputs
     fails."""
-    from refspec.comparator.memory_case import spec_case
+    from refspec.comparator.sources.memory_case import spec_case
     rng = np.random.default_rng(0)
     q = (rng.standard_normal((1, 3, 2, 8)) * 1e37).astype(np.float32)       # B S N D
     k, v = (rng.standard_normal((1, 3, 2, 8)).astype(np.float32) for _ in range(2))

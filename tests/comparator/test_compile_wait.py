@@ -1,5 +1,5 @@
 """Small comparisons never wait for a compiler: outputs of at most COMPILED_ABOVE elements are
-judged by the NumPy oracle (the same report as the fused pass), so numba is not even imported;
+judged by the NumPy pass (the same report as the compiled pass), so numba is not even imported;
 a large output's first compiled pass says so in one line when it takes a while."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import sys
 import numpy as np
 
 from refspec.comparator import compare
-from refspec.comparator.memory_case import spec_case
-from refspec.comparator.options import COMPILED_ABOVE
+from refspec.comparator.sources.memory_case import spec_case
+from refspec.comparator.judging.options import COMPILED_ABOVE
 
 
 def _case(shape, seed=0):
@@ -21,14 +21,14 @@ def _case(shape, seed=0):
     return spec_case("rope", x=x, cos=np.cos(theta), sin=np.sin(theta), mode=0, soc="A2")
 
 
-def test_the_default_gives_the_fused_report_below_the_threshold_too():
+def test_the_default_gives_the_compiled_report_below_the_threshold_too():
     case = _case((2, 4, 64, 32))
     assert np.prod((2, 4, 64, 32)) <= COMPILED_ABOVE
     y = np.array(case.expected["y"][()], copy=True)
     y.reshape(-1)[::7] = np.nextafter(y.reshape(-1)[::7], np.float32(np.inf))
     y.reshape(-1)[5] = 3.0
-    default, fused = compare(case, {"y": y}), compare(case, {"y": y}, fast=True)
-    (a,), (b,) = default.results, fused.results
+    default, compiled = compare(case, {"y": y}), compare(case, {"y": y}, fast=True)
+    (a,), (b,) = default.results, compiled.results
     assert (a.status, a.reason, a.message) == (b.status, b.reason, b.message)
     assert a.metrics.failures == b.metrics.failures and a.metrics.ulp_hist == b.metrics.ulp_hist
     assert a.metrics.max_abs.flat == b.metrics.max_abs.flat
@@ -38,7 +38,7 @@ SCRIPT = """
 import sys, numpy as np
 sys.path.insert(0, {tests!r})
 from test_compile_wait import _case
-import refspec.comparator.measure as measure
+import refspec.comparator.judging.measure as measure
 measure.NOTICE_SECONDS = 0.0
 from refspec.comparator import compare
 case = _case({shape})

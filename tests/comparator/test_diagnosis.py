@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from refspec import ops
 from refspec.cli import main
 from refspec.comparator import compare
-from refspec.comparator.diagnosis import KINDS
+from refspec.comparator.diagnosis.findings import KINDS
 from refspec.goldens import GoldenFile
 
 IMPLS = Path(__file__).resolve().parents[1] / "impls"
@@ -259,11 +259,12 @@ def test_the_pytest_plugin_shows_the_diagnosis(smoke, tmp_path):
 def test_a_large_output_is_diagnosed_on_whole_rows_of_its_first_axis():
     """An output above SAMPLE_ELEMENTS is read in evenly spaced rows of its first axis: the
     generic findings still name the mistake, and where it lies along the inner axes."""
-    from refspec.comparator import diagnosis
-    from refspec.comparator.memory_case import spec_case
+    from refspec.comparator.diagnosis.diagnose import sample_rows
+    from refspec.comparator.diagnosis.findings import SAMPLE_ELEMENTS
+    from refspec.comparator.sources.memory_case import spec_case
     rng = np.random.default_rng(5)
     B, N, S, D = 64, 4, 64, 128                      # 2^21 elements, twice the sample
-    assert B * N * S * D > diagnosis.SAMPLE_ELEMENTS
+    assert B * N * S * D > SAMPLE_ELEMENTS
     x = rng.standard_normal((B, N, S, D)).astype(np.float32)
     theta = rng.uniform(0, 6.3, (1, 1, S, D)).astype(np.float32)
     case = spec_case("rope", x=x, cos=np.cos(theta), sin=np.sin(theta), mode=0, soc="A2")
@@ -275,5 +276,53 @@ def test_a_large_output_is_diagnosed_on_whole_rows_of_its_first_axis():
     assert "region" in kinds, [f.line() for f in r.diagnosis]
     region = next(f for f in r.diagnosis if f.kind == "region" and f.detail["axis"] == "D")
     assert region.detail["ranges"] == [[D // 2, D]]
-    rows = diagnosis.sample_rows((B, N, S, D))
-    assert rows[0] == 0 and rows[-1] == B - 1 and rows.size * N * S * D <= diagnosis.SAMPLE_ELEMENTS
+    rows = sample_rows((B, N, S, D))
+    assert rows[0] == 0 and rows[-1] == B - 1 and rows.size * N * S * D <= SAMPLE_ELEMENTS
+
+
+def test_axes_without_letters_are_named_one_way_everywhere():
+    """An output whose axes have no letters names them i0, i1 in its message, its error map
+    and its findings alike (``naming.axis_names``)."""
+    from refspec.comparator.sources.memory_case import MemoryCase
+    from refspec.goldens.cases import CaseData
+    from refspec.spec.terms import OutputTerms
+    rng = np.random.default_rng(11)
+    g = rng.standard_normal((6, 8))
+    e = g.astype(np.float32)
+    case = MemoryCase(CaseData("c/1", "rope", {"dtype": "float32"}, 0, {}, {"y": e}, {"y": g},
+                               {"y": OutputTerms("elementwise", None, None)}, {"y": ""}))
+    a = e.copy()
+    a[:, 4:] = -a[:, 4:]                              # the second half of i1's sign lost
+    (r,) = compare(case, {"y": a}, heatmaps=True).failures
+    assert "y[i0=" in r.message and r.heat_axes == ("i0", "i1")
+    regions = [f for f in r.diagnosis if f.kind == "region"]
+    assert regions and regions[0].detail["axis"] == "i1", [f.line() for f in r.diagnosis]
+    assert "i1" in regions[0].summary
+
+
+@pytest.mark.parametrize("written", ["twin", "mostly_zero"])
+def test_the_hint_and_the_dtype_finding_give_one_answer(written):
+    """The judge's hint and the diagnosis's ``dtype`` finding ask one test
+    (``judging.twins``): bfloat16 bits written where float16 is expected get both; an output
+    that is zero where the golden is and wrong at one element (zeros read as bfloat16 are zeros
+    too, so nearly every element "agrees" either way) gets neither."""
+    from refspec.comparator.sources.memory_case import MemoryCase
+    from refspec.goldens.cases import CaseData
+    from refspec.spec.dtypes import bfloat16, round_to
+    from refspec.spec.terms import OutputTerms
+    rng = np.random.default_rng(3)
+    g = rng.standard_normal(64)
+    if written == "mostly_zero":
+        g[:] = 0.0
+    e = round_to(g, np.float16)
+    case = MemoryCase(CaseData("c/1", "rope", {"dtype": "float16"}, 0, {}, {"y": e}, {"y": g},
+                               {"y": OutputTerms("elementwise", None, None)}, {"y": "D"}))
+    if written == "twin":
+        a = round_to(g, bfloat16).view(np.float16)
+    else:
+        a = e.copy()
+        a[7] = 1.0
+    (r,) = compare(case, {"y": a}).failures
+    has_hint = r.hint.startswith("read as bfloat16")
+    has_finding = any(f.kind == "dtype" for f in r.diagnosis)
+    assert has_hint == has_finding == (written == "twin"), (r.hint, [f.line() for f in r.diagnosis])

@@ -1,5 +1,5 @@
 """Judging an msprobe dump against goldens built from it: the dumped outputs of a float32
-implementation written for the tests (tests/implementations.py) pass, those of deliberately
+implementation written for the tests (tests/impls/implementations.py) pass, those of deliberately
 broken ones fail with the element named; the comparator reads the dump through the goldens
 layer's reader and finds each output by the dump record its case names."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from refspec.comparator import CompareUsageError, compare
-from refspec.comparator.dump_source import golden_mapping, msprobe_source
+from refspec.comparator.sources.msprobe_dumps import golden_mapping, msprobe_source
 from refspec.goldens.example import rope_grad_case
 from refspec.inputs.msprobe_calls import describe_dump
 from refspec.inputs.user_cases import write_user_cases

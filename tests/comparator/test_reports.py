@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import re
 
-from refspec.comparator.metrics import Element, Metrics
-from refspec.comparator.naming import format_ratio
-from refspec.comparator.render_html import render_html
-from refspec.comparator.render_text import render_text, row_cells, terminal_width
-from refspec.comparator.report import STATUS_ROW, NotRun, OutputResult, Report
+from refspec.comparator.judging.metrics import Element, Metrics
+from refspec.comparator.judging.naming import format_ratio
+from refspec.comparator.reports.render_html import render_html
+from refspec.comparator.reports.render_text import render_text, row_cells, terminal_width
+from refspec.comparator.judging.outcomes import STATUS_ROW, NotRun, OutputResult
+from refspec.comparator.reports.report import Report
 from refspec.pytest_plugin import failure_text
 
 CASE = "rope_grad/soc=A2/mode=half/layout=BNSD/cos=11SD/dtype=float16/x=0/dist=position-coded/B2N3S4D8"
@@ -129,3 +130,34 @@ def test_the_plugin_message_of_a_negative_case_says_why():
     numeric = _output()
     numeric.message = f"{numeric.message}; {numeric.reason}"
     assert numeric.reason not in failure_text(_report(numeric)).splitlines()[1:]
+
+
+def test_every_report_shows_a_failing_output_s_detail_in_one_order():
+    """The terminal, JUnit, HTML, the pytest plugin and refspec.testing each show the message,
+    the diagnosis and the hint of a failing output (none leaves one out), and the parts each
+    shows stand in one order: message, reason, diagnosis, hint, actual, rule, worst elements,
+    regenerate."""
+    import pytest
+    from refspec.comparator.diagnosis.findings import Finding
+    from refspec.comparator.reports.render_junit import render_junit
+    from refspec.testing import _raise_if_failed
+
+    r = _output()
+    r.source, r.rule = "out/dx.bin", "|a-g| <= 2^-10 + 2^-10*|g|"
+    r.hint = "read as bfloat16, 100% of the first 192 elements are within its tolerance"
+    r.diagnosis = [Finding("sign", "the golden's negative: all 192 elements agree with it", 1.0),
+                   Finding("region", "the failing elements lie only at d = 4..7", 1.0)]
+    with pytest.raises(AssertionError) as raised:
+        _raise_if_failed(_report(r))
+    texts = {"terminal": render_text(_report(r)), "junit": render_junit(_report(r)),
+             "html": render_html(_report(r)), "plugin": failure_text(_report(r)),
+             "testing": str(raised.value)}
+    marks = ["diagnosis: sign", "diagnosis: region", "hint: read as bfloat16",
+             "regenerate: refspec generate"]
+    for name, text in texts.items():
+        assert r.message.replace("'", "&#x27;" if name == "html" else "'") in text, name
+        text = re.sub(r"<[^>]+>", "", text).replace("&#x27;", "'")
+        if name == "html":                            # the findings as a list under "diagnosis:"
+            text = re.sub(r"(sign|region): ", r"diagnosis: \1: ", text)
+        found = [text.find(m) for m in marks]
+        assert all(i >= 0 for i in found) and found == sorted(found), (name, found)

@@ -18,8 +18,9 @@ from click.testing import CliRunner
 
 import refspec
 from refspec.cli import main
-from refspec.comparator.implementation import (Implementation, ImplementationError, aclnn_code,
-                                               load_implementation)
+from refspec.comparator.sources.base import UNKNOWN_CODE
+from refspec.comparator.sources.implementation import (Implementation, ImplementationError,
+                                                       aclnn_code, load_implementation)
 from refspec.spec.dtypes import bfloat16
 from refspec.spec.errors import TilingError
 
@@ -286,11 +287,11 @@ def test_the_pytest_plugin_makes_one_item_per_case(smoke, tmp_path):
 def test_aclnn_codes_are_read_from_exceptions():
     assert aclnn_code(TilingError("x")) == 561002
     assert aclnn_code(RuntimeError("aclnnRotaryPositionEmbeddingGrad failed, error code 161002")) == 161002
-    assert aclnn_code(ValueError("shape mismatch")) == refspec.comparator.run.UNKNOWN_CODE
+    assert aclnn_code(ValueError("shape mismatch")) == UNKNOWN_CODE
 
 
 def test_torch_tensors_carry_the_stored_bits(rng):
-    from refspec.comparator.frameworks import TorchFramework
+    from refspec.comparator.sources.frameworks import TorchFramework
     fw = TorchFramework("cpu")
     for dtype in (np.float16, bfloat16, np.float32, np.float64):
         bits = rng.integers(0, 2 ** 16, 64, dtype=np.uint16)
@@ -304,7 +305,7 @@ def test_torch_tensors_carry_the_stored_bits(rng):
 
 
 def test_nothing_imports_torch_unless_asked(smoke):
-    code = ("import sys, refspec; from refspec.comparator.implementation import Implementation; "
+    code = ("import sys, refspec; from refspec.comparator.sources.implementation import Implementation; "
             f"r = refspec.compare({str(smoke)!r}, Implementation({NUMPY_FLOAT32!r}, repeat=0), "
             "operators=['rope_grad']); print(r.passed, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

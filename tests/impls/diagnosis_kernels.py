@@ -1,7 +1,7 @@
 """RotaryPositionEmbeddingGrad kernels with one deliberate mistake each, one per kind of the
 diagnosis vocabulary (docs/compare.md, "Diagnosis"), for ``refspec run`` and the tests.
 
-Each is the NumPy float32 kernel of ``tests/implementations.py`` (written from the documented
+Each is the NumPy float32 kernel of ``tests/impls/implementations.py`` (written from the documented
 formulas, not from refspec's code) with one thing done wrong, the way kernels go wrong:
 
     refspec run --impl tests/impls/diagnosis_kernels.py:SIGN goldens.h5 --op rope_grad
@@ -16,9 +16,9 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import implementations  # noqa: E402  (tests/implementations.py)
+import implementations  # noqa: E402  (tests/impls/implementations.py)
 
 from refspec import ops  # noqa: E402
 from refspec.ops.record import Call  # noqa: E402
@@ -81,7 +81,7 @@ def _tail(out, mode, dy, x):
     out["dx"] = flat.reshape(out["dx"].shape)
 
 
-#: kind -> (the tests/implementations.py bug it starts from, a change of the outputs, a mode
+#: kind -> (the tests/impls/implementations.py bug it starts from, a change of the outputs, a mode
 #: forced on every call); the changes of ``_FLOAT32`` see the outputs before their rounding
 _MISTAKES = {
     "sign": (None, _sign, None), "scale": (None, _scale, None), "zero": (None, _zero, None),

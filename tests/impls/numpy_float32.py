@@ -1,6 +1,6 @@
 """A NumPy float32 implementation of the operators under the spec's names and signatures,
 for ``refspec run --framework numpy``: the device-like implementations of
-``tests/implementations.py`` (float32 arithmetic in another order than the spec's, one rounding)
+``tests/impls/implementations.py`` (float32 arithmetic in another order than the spec's, one rounding)
 behind the profile's argument checks (the operator records' own, standing in for the aclnn
 front end).
 
@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import implementations  # noqa: E402  (tests/implementations.py)
+import implementations  # noqa: E402  (tests/impls/implementations.py)
 
 from refspec import ops  # noqa: E402
 from refspec.ops.record import Call  # noqa: E402

@@ -32,7 +32,7 @@ torch = pytest.importorskip("torch")
 from refspec import ops                                                       # noqa: E402
 from refspec.ops.record import Call                                           # noqa: E402
 from refspec.comparator import compare                                        # noqa: E402
-from refspec.comparator.memory_case import MemoryCase                         # noqa: E402
+from refspec.comparator.sources.memory_case import MemoryCase                         # noqa: E402
 from refspec.goldens.cases import CaseData, compute_case                      # noqa: E402
 from refspec.inputs.vendor_ut import describe_vendor_ut                      # noqa: E402
 from refspec.spec.dtypes import round_to                                      # noqa: E402

@@ -132,7 +132,7 @@ def test_tables_that_need_a_gradient_have_dcos_and_dsin_judged(msprobe_run, tmp_
 
 
 def test_a_report_of_nothing_but_unrecorded_outputs_judged_nothing():
-    from refspec.comparator.report import OutputResult, Report
+    from refspec.comparator import OutputResult, Report
     report = Report(golden="g.h5", actual="dump", standard="default")
     report.results.append(OutputResult("c", "rope_grad", "dcos", "ctx").problem(
         "not_recorded", "null"))

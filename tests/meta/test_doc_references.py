@@ -70,3 +70,35 @@ def test_docstrings_cite_existing_sections():
 def test_tests_cite_only_the_repository(source):
     text = source.read_text(encoding="utf-8")
     assert not re.search(r"(?<![\w/])spec/\w+\.md|\bspec[ ]pack", text), f"{_rel(source)} cites an outside file"
+
+
+COMPARATOR_NAME = re.compile(r"(?<![\w/.])(refspec\.compar(?:e|ator)(?:\.[A-Za-z_]\w*)+)")
+
+
+def _resolves(dotted: str) -> bool:
+    """A module, or an attribute of the longest module the name starts with."""
+    import importlib
+    parts = dotted.split(".")
+    for k in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:k]))
+        except ImportError:
+            continue
+        for part in parts[k:]:
+            if not hasattr(obj, part):
+                return False
+            obj = getattr(obj, part)
+        return True
+    return False
+
+
+def test_the_comparator_names_cited_exist():
+    """Every dotted name of the comparator (``refspec.comparator.judging.bounds.badness``; and
+    of ``refspec.compare``, its old name) that the package's docstrings, the tests and the pages
+    cite is a module or an attribute of one: no name of a module that was renamed or moved stays
+    behind (docs/api.md's table of former names aside)."""
+    pages = [p for p in PAGES if p.name != "api.md"] + sorted((DOCS / "reference").glob("*.md"))
+    stale = {f"{_rel(path)}: {name}" for path in SOURCES + TESTS + pages
+             for name in COMPARATOR_NAME.findall(path.read_text(encoding="utf-8"))
+             if not _resolves(name.rstrip("."))}
+    assert not stale, sorted(stale)

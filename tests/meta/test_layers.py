@@ -1,6 +1,8 @@
-"""The package's shape (docs/architecture.md): layers in folders, imports only downward, no import
-cycles, every module reachable by its dotted name, no operator branches outside the records,
-and none of the process or memory machinery the project does not use."""
+"""The package's shape (docs/architecture.md): layers in folders, imports only downward, the
+comparator's four rooms importing only from the rooms before them, no import cycle (every import
+followed, those inside functions included), every module reachable by its dotted name, no
+operator branches outside the records, and none of the process or memory machinery the project
+does not use."""
 
 from __future__ import annotations
 
@@ -22,6 +24,9 @@ LAYERS = {"spec": {"spec"}, "ops": {"spec", "ops"}, "goldens": {"spec", "ops", "
           "inputs": {"spec", "ops", "goldens", "inputs"},
           "comparator": {"spec", "ops", "goldens", "inputs", "comparator"},
           "cli": {"spec", "ops", "goldens", "inputs", "comparator", "cli"}}
+#: the comparator's rooms in order: a module imports from its own room and the rooms before it;
+#: the modules at the comparator's top (``refspec.comparator``, ``comparison``) from all four
+ROOMS = ("sources", "judging", "diagnosis", "reports")
 #: modules at the package's top: what they may import
 TOP = {"refspec": {"spec"}, "refspec._version": set(), "refspec.__main__": {"cli"},
        "refspec.testing": {"spec", "ops", "goldens", "inputs", "comparator"},
@@ -43,13 +48,20 @@ def source(name: str) -> Path:
     return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
 
-def imported(name: str, top_level_only: bool = False) -> set[str]:
-    """The refspec modules ``name`` imports (absolute names; relative imports resolved)."""
-    tree = ast.parse(source(name).read_text())
-    package = name if source(name).name == "__init__.py" else name.rpartition(".")[0]
+def imported(name: str, top_level_only: bool = False, text: str | None = None) -> set[str]:
+    """The refspec modules ``name`` imports (absolute names; relative imports resolved), those
+    inside functions and classes too unless ``top_level_only``; ``text``: the module's source
+    (default: its file)."""
+    tree = ast.parse(source(name).read_text() if text is None else text)
+    package = name if text is None and source(name).name == "__init__.py" \
+        else name.rpartition(".")[0]
     found = set()
     nodes = tree.body if top_level_only else ast.walk(tree)
+    type_only = {id(n) for block in ast.walk(tree) if _type_checking(block)
+                 for stmt in block.body for n in ast.walk(stmt)}
     for node in nodes:
+        if id(node) in type_only:        # read by type checkers, never run
+            continue
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("refspec")}
         elif isinstance(node, ast.ImportFrom):
@@ -66,6 +78,13 @@ def imported(name: str, top_level_only: bool = False) -> set[str]:
             if not submodules or node.module:
                 found.add(mod)
     return found
+
+
+def _type_checking(node) -> bool:
+    """``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``)."""
+    test = getattr(node, "test", None) if isinstance(node, ast.If) else None
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING"
+            or isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def layer(name: str) -> str | None:
@@ -91,23 +110,74 @@ def test_imports_point_down(name):
         assert lay in allowed, f"{name} imports {target} (layer {lay}; allowed {sorted(allowed)})"
 
 
-def test_no_import_cycles():
-    graph = {m: {t for t in imported(m, top_level_only=True) if t in MODULES and t != m}
-             for m in MODULES}
+def room(name: str) -> int | None:
+    """The rank of a comparator module's room (``ROOMS``; the comparator's top ranks after
+    them), None outside the comparator."""
+    parts = name.split(".")
+    if parts[:2] != ["refspec", "comparator"]:
+        return None
+    return ROOMS.index(parts[2]) if len(parts) > 2 and parts[2] in ROOMS else len(ROOMS)
+
+
+def upward(name: str, targets) -> list[str]:
+    """The comparator modules among ``targets`` in a room after ``name``'s."""
+    return sorted(t for t in targets if room(t) is not None and room(t) > room(name))
+
+
+@pytest.mark.parametrize("name", [m for m in MODULES if room(m) is not None])
+def test_comparator_rooms_import_only_from_the_rooms_before_them(name):
+    """sources, then judging, then diagnosis, then reports: no module imports from a later
+    room, not even inside a function."""
+    assert upward(name, imported(name)) == [], f"{name} imports from a later room"
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """An import cycle of ``graph`` (module -> the modules it imports), or None."""
     state: dict[str, int] = {}
 
     def visit(m, path):
         state[m] = 1
-        for t in graph[m]:
+        for t in sorted(graph[m]):
             if state.get(t) == 1:
-                pytest.fail("import cycle: " + " -> ".join(path[path.index(t):] + [t]))
+                return path[path.index(t):] + [t]
             if t not in state:
-                visit(t, path + [t])
+                found = visit(t, path + [t])
+                if found:
+                    return found
         state[m] = 2
+        return None
 
-    for m in MODULES:
+    for m in sorted(graph):
         if m not in state:
-            visit(m, [m])
+            found = visit(m, [m])
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycles():
+    """Every import of every module followed, those inside functions included. The package
+    itself (``refspec``) loads the layers above the spec inside a function, on first use, so
+    its own imports are its top-level ones: the spec's."""
+    graph = {m: {t for t in imported(m, top_level_only=m == "refspec") if t in MODULES and t != m}
+             for m in MODULES}
+    found = cycle(graph)
+    assert found is None, "import cycle: " + " -> ".join(found)
+
+
+def test_the_import_checks_see_what_they_look_for():
+    """An import inside a function is found, resolved from a subpackage of the comparator; a
+    later room is upward; a cycle through it is found."""
+    text = "def f():\n    from ..reports.report import Report\n    from . import measure\n"
+    found = imported("refspec.comparator.judging.verdict", text=text)
+    assert found == {"refspec.comparator.reports.report", "refspec.comparator.judging.measure"}
+    assert upward("refspec.comparator.judging.verdict", found) == [
+        "refspec.comparator.reports.report"]
+    assert upward("refspec.comparator.reports.report", {"refspec.comparator.sources.base"}) == []
+    type_only = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import measure\n"
+    assert imported("refspec.comparator.judging.verdict", text=type_only) == set()
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b"}, "b": set()}) is None
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -128,7 +198,7 @@ def test_import_refspec_loads_the_spec_alone():
     assert out.stdout.strip() == "[]", out.stdout
     code = "import refspec; print(refspec.compare.__module__, refspec.goldens.__name__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["refspec.comparator.run", "refspec.goldens"]
+    assert out.stdout.split() == ["refspec.comparator.comparison", "refspec.goldens"]
 
 
 FORBIDDEN = ("os.fork", "import ctypes", "/dev/shm", "h5py._hl", "process_vm_readv",

@@ -1,0 +1,48 @@
+"""``GoldenOutput``: what the judge needs of one output of a golden case, read once from the
+case's metadata (docs/compare.md, "Judging": the output's dtype, comparison class and K choose
+its rule; its exact float64 values are what every element is judged against)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...spec.dtypes import dtype_name, resolve_dtype
+from .naming import axis_names
+
+__all__ = ["GoldenOutput", "golden_output"]
+
+
+@dataclass(frozen=True, eq=False)
+class GoldenOutput:
+    """One golden output: ``dtype`` (np.dtype) and its ``dtype_name``, ``shape``, the
+    ``comparison_class`` and ``K`` (reduced terms) of its rule, its axis letters ``axes`` ("" when
+    not known) and ``exact``, the exact values (an array or a LazyArray the judge reads)."""
+
+    name: str
+    dtype: np.dtype
+    dtype_name: str
+    shape: tuple
+    comparison_class: str | None
+    K: int | None
+    axes: str
+    exact: object
+
+    @property
+    def axis_names(self) -> tuple[str, ...]:
+        """The name of each axis (``naming.axis_names``)."""
+        return axis_names(self.axes, len(self.shape))
+
+
+def golden_output(case, name: str) -> GoldenOutput:
+    """The golden output ``name`` of ``case``, its exact values opened once."""
+    meta = case.output_meta(name)
+    exact = case.exact[name]
+    if meta.get("dtype"):
+        dt = np.dtype(resolve_dtype(meta["dtype"]))
+    else:                                # files that do not name the dtype
+        dt = np.dtype(case.expected[name].dtype)
+    return GoldenOutput(name=name, dtype=dt, dtype_name=meta.get("dtype") or dtype_name(dt),
+                        shape=tuple(exact.shape), comparison_class=meta.get("comparison_class"),
+                        K=meta.get("reduced_terms"), axes=meta.get("axes") or "", exact=exact)
