@@ -10,6 +10,10 @@ Worker processes ignore SIGINT: a Ctrl-C in a terminal reaches the whole process
 the parent should answer it. ``run`` then tells the tasks under way to stop (the
 generator's tasks stop at their next case boundary, see ``refspec.goldens.engine``), cancels
 those not started, and lets the KeyboardInterrupt through once the others have returned.
+
+A worker outlives a parent that is killed (SIGKILL reaches the parent alone); a task that
+works through many pieces asks ``parent_gone()`` between them and stops when it is true, so
+no worker goes on writing for a run that has ended.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from concurrent.futures.process import BrokenProcessPool
 from ..spec.errors import one_line
 
 __all__ = ["SCHEDULER_ENV", "WorkerLost", "SchedulerUnavailable", "run", "scheduler_address",
-           "worker_count", "balance"]
+           "worker_count", "balance", "parent_gone"]
 
 #: environment variable naming a Dask scheduler when ``--scheduler`` is not given
 SCHEDULER_ENV = "REFSPEC_SCHEDULER"
@@ -35,6 +39,14 @@ class WorkerLost(RuntimeError):
 
 class SchedulerUnavailable(RuntimeError):
     """No Dask: the distributed package is missing, or the scheduler cannot be reached."""
+
+
+def parent_gone() -> bool:
+    """True in a worker process whose parent (the process that started it) has ended; False in
+    the main process. The standard library's ``multiprocessing.parent_process()`` watches the
+    parent's end of a pipe, which the system closes when the parent dies, however it dies."""
+    parent = multiprocessing.parent_process()
+    return parent is not None and not parent.is_alive()
 
 
 def scheduler_address(given: str | None) -> str | None:
