@@ -70,7 +70,7 @@ class LazyArray:
             self.shape = _shape(described["shape"])
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise self.corrupt(f"its description in the index is not usable "
-                               f"({one_line(exc)}): {str(described)[:120]}") from None
+                               f"({one_line(exc)})") from None
         self._crc = self._attrs.get("crc32")
         self._crc_checked = self._crc is None
 
@@ -179,13 +179,16 @@ class LazyArray:
         """The stored values at ``index`` (bfloat16 as uint16 bits); a read HDF5 cannot do
         (a chunk whose Fletcher32 checksum does not match, bytes past the file's end) is a
         ``CorruptGoldenError``."""
+        dataset = self._dataset
         try:
-            return self._dataset[index]
+            return dataset[index]
+        except GoldenFileError:
+            raise
         except READ_ERRORS as exc:
             detail = one_line(exc)
             if "filter returned failure" in detail:
-                detail = (f"its bytes do not match their Fletcher32 checksum (the file was "
-                          f"damaged after it was written: {detail})")
+                raise self.corrupt("its bytes do not match their Fletcher32 checksum (the file "
+                                   "was damaged after it was written)") from None
             raise self.corrupt(f"cannot be read: {detail}") from None
 
     def _check_crc(self) -> None:
