@@ -13,7 +13,7 @@ import pytest
 
 import refspec.goldens as goldens
 from cli_helpers import assert_user_error, invoke
-from hostile_goldens import CATALOGUE, command_args, hostile_file, read_everything, sound_file
+from hostile_goldens import CASE_OF, CATALOGUE, command_args, hostile_file, read_everything, sound_file
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +47,9 @@ def test_a_hostile_file_is_one_line_and_exit_2(sound, tmp_path, entry):
 
 def test_a_hostile_file_in_a_new_process_never_leaves_a_traceback(sound, tmp_path):
     """The console script itself (not click's runner): one line on stderr, exit code 2."""
-    entry = next(e for e in CATALOGUE if e.name == "truncated file")
+    entry = next(e for e in CATALOGUE if e.name == "index text that is not JSON")
     path = hostile_file(sound, entry, tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "refspec", "show", "--verify", path],
+    proc = subprocess.run([sys.executable, "-m", "refspec", "show", path, CASE_OF[entry.name]],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

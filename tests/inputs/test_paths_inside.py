@@ -13,12 +13,11 @@ import pytest
 
 from cli_helpers import assert_user_error, invoke
 from msprobe_helpers import ROPE_MAP, DumpWriter, rope_calls
-from test_golden_vendor_ut import ut_args, write_ut_folder
-
-from refspec.goldens.format import OutsideError, inside
+from test_golden_vendor_ut import write_ut_folder
 
 
 def test_inside_resolves_links_and_refuses_what_leads_out(tmp_path):
+    from refspec.goldens.format import OutsideError, inside
     base = tmp_path / "base"
     (base / "sub").mkdir(parents=True)
     (tmp_path / "elsewhere").mkdir()
