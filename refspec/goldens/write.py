@@ -291,7 +291,7 @@ class GoldenWriter:
         found = survey(path)
         if found is None:
             self.recovered = f"{path} cannot be read; every case is written again"
-            _LOG.warning(f"{self.recovered}")
+            _LOG.warning(self.recovered)
             self._start(self._root_attrs)
             return
         self._check_resumable(found.attrs, path)
