@@ -57,12 +57,16 @@ class Tally:
     def __init__(self, name: str, bits: bool = True):
         self.name, self.tries, self.before, self.lines, self.same = name, 0, 0, 0, 0
         self.kept, self.failures, self.bits, self.slowest = [], [], bits, None
+        self.starting = 0          # Ctrl-C while the interpreter was still importing
 
     def row(self) -> str:
         kept = f"{sum(self.kept) / len(self.kept):.0f}" if self.kept else "-"
         bad = "; ".join(self.failures[:3]) or "none"
         if self.slowest is not None:
             bad += f" (the last worker ended {self.slowest:.1f} s after its parent)"
+        if self.starting:
+            bad += (f" ({self.starting} Ctrl-C while Python was still importing, before "
+                    "refspec's code ran: Python's KeyboardInterrupt traceback, nothing written)")
         same = f"{self.same}/{self.tries}" if self.bits else "-"
         return (f"| {self.name} | {self.tries} | {self.before} | {self.lines} | {same} | "
                 f"{kept} | {bad} |")
@@ -80,7 +84,12 @@ def signal_generate(t: Tally, ref, tmp, jobs, sig, rnd):
     code, err, _, ended = hurt(args, rnd.uniform(0.1, 1.0) * seconds, sig)
     t.before += ended
     if not ended and sig == signal.SIGINT:
-        t.lines += code == 130 and one_line(err, "interrupted")
+        if code == 130 and one_line(err, "interrupted"):
+            t.lines += 1
+        elif code == -signal.SIGINT and err.rstrip().endswith("KeyboardInterrupt"):
+            t.starting += 1        # the command's own handler (exit 130) was not running yet
+        else:
+            t.failures.append(f"Ctrl-C: exit {code}: {err.strip()[-160:]}")
     if not ended and sig == signal.SIGKILL and os.path.exists(out) and not same_content(out,
                                                                                          content):
         t.failures.append(f"{out} looks complete after a kill")

@@ -59,11 +59,13 @@ def alive(pid: int) -> bool:
         return False
 
 
-def hurt(args, seconds: float, sig=signal.SIGKILL, group=True, timeout=600):
-    """Start `refspec ARGS`, send ``sig`` after ``seconds`` to its process group (``group``) or
-    to the main process alone; returns (exit code, stderr, the workers it had, whether it had
-    ended before the signal)."""
+def hurt(args, seconds: float, sig=signal.SIGKILL, group=True, timeout=600, after=None):
+    """Start `refspec ARGS`, send ``sig`` after ``seconds`` (counted from when the file
+    ``after`` appears, if given) to its process group (``group``) or to the main process alone;
+    returns (exit code, stderr, the workers it had, whether it had ended before the signal)."""
     proc = start(*args)
+    while after is not None and not os.path.exists(after) and proc.poll() is None:
+        time.sleep(0.01)
     deadline = time.monotonic() + seconds
     workers = []
     while time.monotonic() < deadline and proc.poll() is None:
