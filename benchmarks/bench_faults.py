@@ -58,6 +58,7 @@ class Tally:
         self.name, self.tries, self.before, self.lines, self.same = name, 0, 0, 0, 0
         self.kept, self.failures, self.bits, self.slowest = [], [], bits, None
         self.starting = 0          # Ctrl-C while the interpreter was still importing
+        self.durations = []        # how long runs that ended before their fault took
 
     def row(self) -> str:
         kept = f"{sum(self.kept) / len(self.kept):.0f}" if self.kept else "-"
@@ -77,12 +78,27 @@ def kept_of(stdout: str) -> int:
     return int(found.group(1)) if found else 0
 
 
+def moment(t: Tally, seconds: float, rnd) -> float:
+    """A moment drawn uniformly over the run's time: the reference run's, or the shortest run
+    seen since (the machine's load changes while the benchmark runs)."""
+    return rnd.uniform(0.02, 1.0) * min([seconds, *t.durations])
+
+
+def hurt_timed(t: Tally, args, seconds: float, rnd, sig=signal.SIGKILL):
+    """``hurt`` at a random moment; a run that ended first teaches how long runs take now."""
+    t0 = time.monotonic()
+    code, err, workers, ended = hurt(args, moment(t, seconds, rnd), sig)
+    if ended:
+        t.before += 1
+        t.durations.append(time.monotonic() - t0)
+    return code, err, ended
+
+
 def signal_generate(t: Tally, ref, tmp, jobs, sig, rnd):
     path, content, seconds = ref[jobs]
     out = os.path.join(tmp, f"{t.name}-{t.tries}.h5")
     args = ("generate", "--jobs", jobs, "-o", out)
-    code, err, _, ended = hurt(args, rnd.uniform(0.1, 1.0) * seconds, sig)
-    t.before += ended
+    code, err, ended = hurt_timed(t, args, seconds, rnd, sig)
     if not ended and sig == signal.SIGINT:
         if code == 130 and one_line(err, "interrupted"):
             t.lines += 1
@@ -117,9 +133,11 @@ def main_kill(t: Tally, ref, tmp, rnd):
     while len(workers) < 3 and proc.poll() is None and time.monotonic() < started + 120:
         workers = children(proc.pid)                 # two workers and a resource tracker
         time.sleep(0.02)
-    time.sleep(rnd.uniform(0.0, 0.8) * max(seconds - (time.monotonic() - started), 0.0))
+    time.sleep(rnd.uniform(0.0, 0.8) * max(min([seconds, *t.durations])
+                                           - (time.monotonic() - started), 0.0))
     if proc.poll() is not None:
         t.before += 1
+        t.durations.append(time.monotonic() - started)
     else:
         os.kill(proc.pid, signal.SIGKILL)
     proc.communicate()
@@ -167,8 +185,7 @@ def signal_export(t: Tally, ref, exported, tmp, jobs, rnd):
     want, seconds = exported
     out = os.path.join(tmp, f"{t.name}-{t.tries}")
     args = ("export", path, "-o", out, "--jobs", jobs)
-    _, _, _, ended = hurt(args, rnd.uniform(0.1, 1.0) * seconds)
-    t.before += ended
+    hurt_timed(t, args, seconds, rnd)
     if os.path.exists(out):
         got = tree_digest(out)
         if any(want.get(p) != h for p, h in got.items() if not p.endswith(".tmp")):
@@ -209,8 +226,7 @@ def kill_compare(t: Tally, ref, tmp, rnd, seconds):
     path = ref[1][0]
     report = os.path.join(tmp, f"{t.name}-{t.tries}.json")
     args = ("compare", path, path, "--json", report)
-    _, _, _, ended = hurt(args, rnd.uniform(0.1, 1.0) * seconds)
-    t.before += ended
+    hurt_timed(t, args, seconds, rnd)
     if os.path.exists(report):
         try:
             json.load(open(report))

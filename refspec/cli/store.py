@@ -20,13 +20,13 @@ from ..goldens.shards import merge as merge_shards
 from ..goldens.shards import pack as pack_file
 from .usage_errors import CliError, on_full_disk
 
+__all__ = ["register", "show", "export", "merge", "pack", "file_summary", "case_summary"]
+
 #: the option that reads an incomplete golden file (an interrupted run, a partial merge)
 ALLOW_INCOMPLETE = click.option(
     "--allow-incomplete", is_flag=True,
     help="Read a file that is not marked complete (an interrupted run, a partial merge): "
          "the cases it holds.")
-
-__all__ = ["register", "show", "export", "merge", "pack", "file_summary", "case_summary"]
 
 #: root attributes `show` prints first, in this order
 _FILE_ATTRS = ("schema_version", "refspec_version", "numpy_version", "h5py_version",
