@@ -19,7 +19,8 @@ The faults, on the smoke sweep's default tier (310 cases of every operator):
 - ``sigkill-compare``: `compare GOLDEN GOLDEN --json` killed: the report is whole or absent;
   the next compare works.
 - ``concurrent``: a second `generate` (--force or --resume, --jobs 1 or 2) on an output being
-  written: refused in one line naming the file; the first finishes, its file verified whole.
+  written (the standard sweep's quick tier, a run of several seconds): refused in one line
+  naming the file; the first finishes, its file verified whole.
 - ``hostile``: every file of tests/hostile_goldens.py through `show`, `show --verify` and
   `export`: one line, exit 2.
 
@@ -43,8 +44,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
-from fault_runs import (can_mount, children, hurt, one_line, run, same_content,  # noqa: E402
-                        small_filesystem, start, tree_digest, wait_gone)
+from fault_runs import (LONG_RUN, LONG_RUN_CASES, can_mount, children, hurt,  # noqa: E402
+                        one_line, run, same_content, small_filesystem, start, tree_digest,
+                        wait_gone)
 from golden_files import file_content  # noqa: E402
 from hostile_goldens import CATALOGUE, command_args, hostile_file, sound_file  # noqa: E402
 
@@ -66,8 +68,9 @@ class Tally:
         if self.slowest is not None:
             bad += f" (the last worker ended {self.slowest:.1f} s after its parent)"
         if self.starting:
-            bad += (f" ({self.starting} Ctrl-C while Python was still importing, before "
-                    "refspec's code ran: Python's KeyboardInterrupt traceback, nothing written)")
+            bad += (f" ({self.starting} Ctrl-C while Python was still starting, before "
+                    "refspec's code ran: no message or Python's KeyboardInterrupt traceback, "
+                    "nothing written)")
         same = f"{self.same}/{self.tries}" if self.bits else "-"
         return (f"| {self.name} | {self.tries} | {self.before} | {self.lines} | {same} | "
                 f"{kept} | {bad} |")
@@ -100,9 +103,12 @@ def signal_generate(t: Tally, ref, tmp, jobs, sig, rnd):
     args = ("generate", "--jobs", jobs, "-o", out)
     code, err, ended = hurt_timed(t, args, seconds, rnd, sig)
     if not ended and sig == signal.SIGINT:
-        if code == 130 and one_line(err, "interrupted"):
+        if code == 0:              # Ctrl-C as the run was ending: it finished (checked below)
+            t.before += 1
+        elif code == 130 and one_line(err, "interrupted"):
             t.lines += 1
-        elif code == -signal.SIGINT and err.rstrip().endswith("KeyboardInterrupt"):
+        elif code == -signal.SIGINT and (not err.strip() or
+                                         err.rstrip().endswith("KeyboardInterrupt")):
             t.starting += 1        # the command's own handler (exit 130) was not running yet
         else:
             t.failures.append(f"Ctrl-C: exit {code}: {err.strip()[-160:]}")
@@ -244,7 +250,7 @@ def kill_compare(t: Tally, ref, tmp, rnd, seconds):
 
 def concurrent(t: Tally, tmp, jobs, second):
     out = os.path.join(tmp, f"{t.name}-{t.tries}.h5")
-    args = ("generate", "--jobs", jobs, "-o", out)
+    args = ("generate", *LONG_RUN, "--jobs", jobs, "-o", out)
     first = start(*args)
     deadline = time.monotonic() + 60
     while not os.path.exists(out + ".lock") and time.monotonic() < deadline:
@@ -258,7 +264,8 @@ def concurrent(t: Tally, tmp, jobs, second):
     else:
         t.failures.append(f"second run: exit {other.returncode}: {other.stderr.strip()[:120]}")
     verified = run("show", "--verify", out)
-    if first.returncode == 0 and verified.returncode == 0 and "310 case(s)" in verified.stdout:
+    if first.returncode == 0 and verified.returncode == 0 and \
+            f"{LONG_RUN_CASES} case(s)" in verified.stdout:
         t.same += 1
     else:
         t.failures.append(f"first run: exit {first.returncode}: {err.strip()[-120:]}")

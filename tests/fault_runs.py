@@ -20,6 +20,8 @@ from golden_files import file_content
 
 #: the selection the faults are tried on: the smoke sweep's RotaryPositionEmbeddingGrad cases
 SELECTION = ("--op", "rope_grad")
+#: a run long enough (seconds, larger cases) that a second run started beside it finds it at work
+LONG_RUN, LONG_RUN_CASES = ("--sweep", "standard", "--tier", "quick"), 499
 
 
 def command(*args) -> list[str]:

@@ -14,8 +14,9 @@ import time
 
 import pytest
 
-from fault_runs import (SELECTION, can_mount, children, hurt, one_line, run, same_content,
-                        small_filesystem, start, tree_digest, wait_gone)
+from fault_runs import (LONG_RUN, LONG_RUN_CASES, SELECTION, can_mount, children, hurt,
+                        one_line, run, same_content, small_filesystem, start, tree_digest,
+                        wait_gone)
 from golden_files import file_content
 
 pytestmark = pytest.mark.slow
@@ -164,11 +165,11 @@ def test_a_full_disk_during_export_names_the_file_and_force_redoes_it(reference,
 
 
 def test_a_second_generate_on_the_same_output_is_refused_and_the_first_finishes(tmp_path):
-    """The whole smoke sweep (a run of several seconds), and a second run on its output while it
-    writes: refused at once, naming the file; the first neither destroyed nor stopped."""
+    """A run of several seconds, and a second run on its output while it writes: refused at
+    once, naming the file; the first neither destroyed nor stopped."""
     for jobs, second in ((1, "--force"), (2, "--force"), (2, "--resume")):
         out = tmp_path / f"c{jobs}{second}.h5"
-        args = ("generate", "--jobs", jobs, "-o", out)
+        args = ("generate", *LONG_RUN, "--jobs", jobs, "-o", out)
         first = start(*args)
         lock = f"{out}.lock"
         deadline = time.monotonic() + 60
@@ -181,7 +182,7 @@ def test_a_second_generate_on_the_same_output_is_refused_and_the_first_finishes(
         assert one_line(other.stderr, str(out), "another process"), other.stderr
         assert not os.path.exists(f"{out}.parts/stop")
         verified = run("show", "--verify", out)
-        assert verified.returncode == 0 and "verified 310 case(s)" in verified.stdout
+        assert verified.returncode == 0 and f"verified {LONG_RUN_CASES} case(s)" in verified.stdout
 
 
 def test_extending_a_complete_file_never_takes_it_away(reference, tmp_path):
