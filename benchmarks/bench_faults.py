@@ -103,8 +103,8 @@ def signal_generate(t: Tally, ref, tmp, jobs, sig, rnd):
     args = ("generate", "--jobs", jobs, "-o", out)
     code, err, ended = hurt_timed(t, args, seconds, rnd, sig)
     if not ended and sig == signal.SIGINT:
-        if code == 0:              # Ctrl-C as the run was ending: it finished (checked below)
-            t.before += 1
+        if code in (0, -signal.SIGINT) and same_content(out, content):
+            t.before += 1          # Ctrl-C as the run was ending: it had written everything
         elif code == 130 and one_line(err, "interrupted"):
             t.lines += 1
         elif code == -signal.SIGINT and (not err.strip() or

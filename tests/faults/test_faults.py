@@ -68,8 +68,9 @@ def test_sigint_of_the_process_group_is_one_line_then_resume_is_bit_identical(re
         # from the moment the command holds its output (Python's own start, before refspec's
         # code runs, answers Ctrl-C with its traceback: bench_faults.py counts those)
         code, err, _, ended = hurt(args, t / 2, signal.SIGINT, after=f"{out}.lock")
-        if not ended:
-            assert code == 130 and one_line(err, "interrupted"), err
+        if not ended and not (code in (0, -signal.SIGINT) and same_content(out, content)):
+            assert code == 130 and one_line(err, "interrupted"), (code, err)   # else it had
+            # written everything and was ending: Python answers a Ctrl-C while it exits
         assert run(*args, "--resume").returncode == 0
         assert same_content(out, content), t
 
