@@ -9,9 +9,7 @@ or ``OSError`` escape a command).
 
 from __future__ import annotations
 
-import errno
 import logging
-import re
 import sys
 
 import click
@@ -19,7 +17,7 @@ import click
 from .._version import __version__
 from ..spec.errors import AclnnError, one_line
 from . import compare, generate, golden, run_impl, store
-from .usage_errors import CliError, Interrupted
+from .usage_errors import CliError, Interrupted, full_disk_file
 
 __all__ = ["CliError", "main"]
 
@@ -78,14 +76,11 @@ class RefspecGroup(click.Group):
 def os_error_text(exc: OSError) -> str:
     """An operating-system error as one line naming the file: a full disk says so, also when
     HDF5 reports it inside its own message (``... filename = '...', errno = 28, ...``)."""
-    text = str(exc)
     filename = getattr(exc, "filename", None)
-    if exc.errno == errno.ENOSPC or "No space left on device" in text:
-        found = re.search(r"filename = '([^']*)'", text)
-        filename = filename or (found.group(1) if found else None)
-        return (f"{filename + ': ' if filename else ''}no space left on the device; free some, "
-                "or write a smaller selection (--tier, --op, --shard K/N)")
-    return (f"{filename}: " if filename else "") + (exc.strerror or text)
+    full = full_disk_file(exc)
+    if full is not None:
+        return f"{full + ': ' if full else ''}no space left on the device"
+    return (f"{filename}: " if filename else "") + (exc.strerror or str(exc))
 
 
 @click.group(cls=RefspecGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -20,7 +20,7 @@ from ..goldens.engine import parts_dir
 from ..goldens.executors import SCHEDULER_ENV, SchedulerUnavailable
 from ..goldens.selection import filter_cases, normalize_filter, parse_shard, parse_where, shard
 from ..goldens.sweep import SweepError, load_sweep
-from .usage_errors import CliError, Interrupted, OutputPath, check_output_file
+from .usage_errors import CliError, Interrupted, OutputPath, check_output_file, on_full_disk
 
 __all__ = ["register", "list_command", "generate_command"]
 
@@ -94,6 +94,10 @@ def list_command(sweep_ref, tier, as_json, **filters):
 
 
 GIVE_H5 = "give the path of the .h5 file to write"
+#: what to do after a full disk stopped a generate run
+FULL_DISK_HINT = ("free some and run the same command with --resume to continue (the cases "
+                  "written so far are kept), or write a smaller selection (--tier, --op, "
+                  "--shard K/N)")
 
 
 def check_golden_output(out: str, resume: bool = False, force: bool = False) -> None:
@@ -139,8 +143,9 @@ def generate_command(sweep_ref, tier, case_ids, seed, jobs, scheduler, shard_spe
     """Generate a golden HDF5 file from a sweep (default: the smoke sweep)."""
     check_golden_output(out, resume, force)
     try:
-        return _generate(sweep_ref, tier, filters, case_ids, seed, jobs, scheduler, shard_spec,
-                         resume, force, compression, out)
+        with on_full_disk(FULL_DISK_HINT):
+            return _generate(sweep_ref, tier, filters, case_ids, seed, jobs, scheduler,
+                             shard_spec, resume, force, compression, out)
     except KeyboardInterrupt as exc:
         partial = getattr(exc, "partial", None)
         if partial is None:

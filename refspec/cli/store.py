@@ -13,13 +13,20 @@ import click
 from ..goldens.executors import SCHEDULER_ENV, SchedulerUnavailable, WorkerLost
 from ..goldens.export import FORMATS, export_cases
 from ..goldens.format import UnknownCaseError
+from ..goldens.integrity import verify_case
 from ..goldens.selection import SweepError, profiles
 from ..goldens.read import GoldenCase, GoldenFile, LazyArray
 from ..goldens.shards import merge as merge_shards
 from ..goldens.shards import pack as pack_file
-from .usage_errors import CliError, OutputPath
+from .usage_errors import CliError, OutputPath, on_full_disk
 
 __all__ = ["register", "show", "export", "merge", "pack", "file_summary", "case_summary"]
+
+#: the option that reads an incomplete golden file (an interrupted run, a partial merge)
+ALLOW_INCOMPLETE = click.option(
+    "--allow-incomplete", is_flag=True,
+    help="Read a file that is not marked complete (an interrupted run, a partial merge): "
+         "the cases it holds.")
 
 #: root attributes `show` prints first, in this order
 _FILE_ATTRS = ("schema_version", "refspec_version", "numpy_version", "h5py_version",
@@ -138,15 +145,40 @@ def _print_case(s: dict) -> None:
     click.echo(f"regenerate:        {s['regenerate']}")
 
 
+def _verify(gf: GoldenFile, case) -> None:
+    """Read every dataset of the file (or of one case) and check its checksum and each expected
+    output against its exact value; one line saying what was checked."""
+    ids = gf.case_ids() if case is None else [case]
+    count = 0
+    for case_id in ids:
+        try:
+            c = gf[case_id]
+        except UnknownCaseError as exc:
+            raise CliError(str(exc)) from None
+        verify_case(c)
+        count += sum(len(getattr(c, sub)) for sub in ("inputs", "expected", "exact", "sum_abs"))
+    click.echo(f"verified {len(ids)} case(s) of {gf.path}: {count} datasets read whole, each "
+               "matches its checksum and its description in the index, and every expected "
+               "output is its exact value rounded once")
+
+
 @click.command()
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.argument("case", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @click.option("--ids", is_flag=True, help="List the case ids, one per line.")
-def show(file, case, as_json, ids):
+@click.option("--verify", is_flag=True,
+              help="Read every dataset (of CASE, or of every case) and check it: its checksum, "
+                   "its shape and dtype against the index, and each expected output against "
+                   "its exact value rounded once. Exit 2 naming the first problem.")
+@ALLOW_INCOMPLETE
+def show(file, case, as_json, ids, verify, allow_incomplete):
     """Show what a golden FILE holds, or one CASE of it (parameters, shapes, dtypes, sizes,
     tolerance metadata, how to regenerate it)."""
-    with GoldenFile(file) as gf:
+    with GoldenFile(file, allow_incomplete) as gf:
+        if verify:
+            _verify(gf, case)
+            return 0
         if ids and case is None:
             data = gf.case_ids()
             click.echo(json.dumps(data, indent=2) if as_json else "\n".join(data))
@@ -182,13 +214,19 @@ def show(file, case, as_json, ids):
 @click.option("--scheduler", default=None, envvar=SCHEDULER_ENV, metavar="ADDRESS",
               help=f"Export on this Dask scheduler's workers (also ${SCHEDULER_ENV}); they must "
                    "see FILE and the output directory.")
-def export(file, cases, fmt, out_dir, socs, force, jobs, scheduler):
+@ALLOW_INCOMPLETE
+def export(file, cases, fmt, out_dir, socs, force, jobs, scheduler, allow_incomplete):
     """Export cases of a golden FILE as the vendor test scripts' files: one file per input
-    (dy.bin, gradQueryOutput.bin, ...), golden_<output>.bin and case.json per case."""
+    (dy.bin, gradQueryOutput.bin, ...), golden_<output>.bin and case.json per case. With
+    --force, each case folder is first emptied of an earlier export's files, the kernel's
+    outputs and status.json."""
     try:
-        dirs = export_cases(file, out_dir, cases or None, fmt=fmt, force=force,
-                            jobs=jobs or os.cpu_count() or 1, scheduler=scheduler,
-                            socs=profiles(socs))
+        with GoldenFile(file, allow_incomplete) as gf, on_full_disk(
+                "free some and export again with --force (each file is written whole or not "
+                "at all)"):
+            dirs = export_cases(gf, out_dir, cases or None, fmt=fmt, force=force,
+                                jobs=jobs or os.cpu_count() or 1, scheduler=scheduler,
+                                socs=profiles(socs))
     except (UnknownCaseError, SchedulerUnavailable, WorkerLost, SweepError) as exc:
         raise CliError(str(exc)) from None
     if socs and not dirs:
@@ -210,7 +248,7 @@ def merge(out, shards, force, allow_partial):
     unsharded selection; refuses shards of different runs, and missing or incomplete shards
     unless --allow-partial."""
     merge_shards(out, shards, force=force, allow_partial=allow_partial)
-    with GoldenFile(out) as gf:
+    with GoldenFile(out, allow_incomplete=True) as gf:
         n, partial = len(gf), gf.attrs.get("partial")
     click.echo(f"merged {n} cases from {len(shards)} shard(s) into {out} "
                f"({_human(os.path.getsize(out))})" + (f"; PARTIAL: {partial}" if partial else ""),

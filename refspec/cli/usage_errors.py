@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import re
 
 import click
 
-__all__ = ["CliError", "Interrupted", "OutputPath", "check_output_file"]
+__all__ = ["CliError", "Interrupted", "OutputPath", "check_output_file", "full_disk_file",
+           "on_full_disk"]
 
 
 class CliError(click.ClickException):
@@ -52,3 +56,28 @@ class OutputPath(click.ParamType):
         elif os.path.exists(value) and not os.path.isdir(value):
             raise CliError(f"{label}: is a file; {self.give}")
         return value
+
+
+def full_disk_file(exc: OSError) -> str | None:
+    """The file a full-disk error was writing ("" when it does not say), or None when ``exc``
+    is not a full disk (HDF5 says so inside its own message: ``... filename = '...', errno =
+    28, ...``)."""
+    text = str(exc)
+    if exc.errno != errno.ENOSPC and "No space left on device" not in text \
+            and "errno = 28" not in text:
+        return None
+    found = re.search(r"filename = '([^']*)'", text)
+    return getattr(exc, "filename", None) or (found.group(1) if found else "")
+
+
+@contextlib.contextmanager
+def on_full_disk(hint: str):
+    """A full disk inside the block is one line: the file, and ``hint`` (what to do next)."""
+    try:
+        yield
+    except OSError as exc:
+        name = full_disk_file(exc)
+        if name is None:
+            raise
+        raise CliError(f"{name + ': ' if name else ''}no space left on the device; {hint}") \
+            from None

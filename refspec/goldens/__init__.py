@@ -23,20 +23,30 @@ Writing (the generator)::
 
 Merging shards: ``goldens.merge("all.h5", ["shard1.h5", "shard2.h5"])``; one self-contained
 copy of a ``--jobs`` run's file: ``goldens.pack("run.h5", "self.h5")``.
+
+Every problem of a golden file is a ``GoldenFileError`` (an ``OSError`` whose ``str()`` is one
+line naming the file): ``CorruptGoldenError`` (a damaged or contradictory file: ``case_id``
+and ``dataset`` say where), ``IncompleteGoldenError`` (not marked complete, opened without
+``allow_incomplete=True``), ``GoldenFileLockedError``, ``GoldenFileExistsError``.
+``verify_output(case, name)`` checks an expected output against its exact value,
+``verify_case(case)`` every dataset of a case.
 """
 
 from __future__ import annotations
 
 from .format import (BF16_ENCODING, COMPRESSIONS, DEFAULT_COMPRESSION, SCHEMA_VERSION,
-                     GoldenFileDamagedError, GoldenFileError, GoldenFileExistsError,
+                     CorruptGoldenError, GoldenFileDamagedError, GoldenFileError,
+                     GoldenFileExistsError, GoldenFileLockedError, IncompleteGoldenError,
                      UnknownCaseError, part_path)
+from .integrity import rounding_mismatch, verify_case, verify_output
 from .shards import merge, pack
 from .read import ArrayGroup, GoldenCase, GoldenFile, LazyArray, open
 from .write import GoldenWriter
 
 __all__ = [
     "SCHEMA_VERSION", "BF16_ENCODING", "COMPRESSIONS", "DEFAULT_COMPRESSION",
-    "GoldenFileError", "GoldenFileExistsError", "GoldenFileDamagedError", "UnknownCaseError",
+    "GoldenFileError", "GoldenFileExistsError", "GoldenFileDamagedError", "CorruptGoldenError",
+    "IncompleteGoldenError", "GoldenFileLockedError", "UnknownCaseError",
     "GoldenWriter", "GoldenFile", "GoldenCase", "LazyArray", "ArrayGroup",
-    "open", "merge", "pack", "part_path",
+    "open", "merge", "pack", "part_path", "verify_case", "verify_output", "rounding_mismatch",
 ]

@@ -29,13 +29,13 @@ from math import prod
 
 from .. import goldens, ops
 from . import executors, shards
-from .atomic import write_text_atomic
+from .atomic import OutputLock, write_text_atomic
 from .cases import build_case, probe, regenerate_command
-from .format import GoldenFileDamagedError, parts_dir
+from .format import parts_dir
 from .sweep import Case, Sweep, SweepError
 
 __all__ = ["GenerateError", "GenerateInterrupted", "Summary", "Run", "check_expectations", "generate",
-           "split", "parts_dir", "CASE_COST"]
+           "split", "parts_dir", "CASE_COST", "check_memory", "memory_needed", "MEMORY_PER_ELEMENT"]
 
 
 class GenerateError(SweepError):
@@ -93,6 +93,49 @@ def check_expectations(sweep: Sweep, cases: list[Case]) -> dict:
             raise GenerateError(f"case {case.id}: its block expects the profile to reject it, "
                                 "but the spec accepts it")
     return outcome
+
+
+# --- memory -------------------------------------------------------------------------------------
+
+#: the memory computing a case takes per input element, at most (peak resident size of building
+#: the full sweep's largest cases: 22 bytes for RotaryPositionEmbeddingGrad B1N64S8192D128 in
+#: bfloat16, 14.5 in float32, 17 for its largest NormRopeConcatBackward case)
+MEMORY_PER_ELEMENT = 24
+
+
+def memory_needed(case: Case) -> int:
+    """About how many bytes computing ``case`` takes at most, from its planned input shapes
+    (no arithmetic, nothing allocated): ``MEMORY_PER_ELEMENT`` per input element."""
+    plan = ops.get(case.op).generation.plan(case.params)
+    return MEMORY_PER_ELEMENT * sum(prod(t.shape) for t in plan.values())
+
+
+def machine_memory() -> int:
+    """The machine's physical memory in bytes (0 where the system does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def check_memory(cases: list[Case], available: int | None = None) -> None:
+    """``GenerateError`` naming the first case that would need more than ``available`` bytes
+    (default: the machine's memory), before anything is allocated or written."""
+    available = machine_memory() if available is None else available
+    if not available:
+        return
+    for case in cases:
+        need = memory_needed(case)
+        if need > available:
+            raise GenerateError(
+                f"case {case.id}: computing it needs about {_gib(need)} of memory "
+                f"({need // MEMORY_PER_ELEMENT} input elements, about {MEMORY_PER_ELEMENT} bytes "
+                f"each), more than the {_gib(available)} of this machine; leave it out of the "
+                "selection (--case, --where, a sweep of smaller shapes)")
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB"
 
 
 # --- the run in this process --------------------------------------------------------------------
@@ -185,19 +228,16 @@ class _Part:
 
 def _write_part(part: _Part) -> Summary:
     """Run in a worker process (or on a Dask worker): build and write one part, resuming its
-    file if it exists; stops at a case boundary once ``part.stop_file`` exists."""
+    file if it exists (the writer checks every case it finds and writes a damaged one again);
+    stops at a case boundary once ``part.stop_file`` exists or the process that started the
+    worker has ended."""
     summary = Summary(path=part.path)
     resume = os.path.exists(part.path) or os.path.exists(goldens.part_path(part.path))
-    try:
-        writer = part.run.writer(part.path, resume, False, part=part.label)
-    except GoldenFileDamagedError:
-        # killed before HDF5 wrote a readable file: this part starts again from its first case
-        os.remove(goldens.part_path(part.path))
-        writer = part.run.writer(part.path, False, False, part=part.label)
-    with writer:
+    with part.run.writer(part.path, resume, False, part=part.label) as writer:
         summary.skipped = sum(writer.has_case(c.id) for c in part.cases)
-        summary.stopped = not _write(part.run, writer, part.cases, 1, summary,
-                                     stop=lambda: os.path.exists(part.stop_file))
+        summary.stopped = not _write(
+            part.run, writer, part.cases, 1, summary,
+            stop=lambda: os.path.exists(part.stop_file) or executors.parent_gone())
         summary.nbytes = writer.bytes_written
         if summary.stopped:
             writer.abort()
@@ -227,28 +267,45 @@ def _plan(cases: list[Case], directory: str, parts: int, resume: bool) -> list[t
 
 
 def _generate_parts(run: Run, cases, out, jobs, scheduler, resume, force, progress) -> Summary:
-    directory = parts_dir(out)
+    """The run in parts; the output's lock is held from before anything is changed (a stop
+    file, a part, the plan) until ``out`` is written."""
     summary = Summary(path=out)
     if resume and os.path.exists(goldens.part_path(out)):
         raise GenerateError(f"{goldens.part_path(out)} is an interrupted run in one process: "
                             "resume it with --jobs 1, or start over with --force")
     if os.path.exists(out) and not (resume or force):
         raise goldens.GoldenFileExistsError("output exists; use --force to replace it", out)
-    if os.path.exists(out) and resume:
-        with goldens.open(out) as gf:
-            if gf.complete and set(c.id for c in cases) <= set(gf.case_ids()):
-                summary.skipped = len(cases)
-                return summary
-        raise GenerateError(f"{out}: complete, but without some of the selected cases; "
-                            "generate them into another file, or start over with --force")
+    with OutputLock(out):
+        if os.path.exists(out) and resume:
+            with goldens.open(out) as gf:
+                if set(c.id for c in cases) <= set(gf.case_ids()):
+                    summary.skipped = len(cases)
+                    return summary
+            raise GenerateError(f"{out}: complete, but without some of the selected cases; "
+                                "generate them into another file, or start over with --force")
+        return _run_parts(run, cases, out, jobs, scheduler, resume, force, progress)
+
+
+def _clear_parts(directory: str, force: bool) -> None:
+    """The parts folder of a run about to start: emptied of an earlier run's parts and plan
+    with ``force``, without a stop file (the parts' lock files stay: a worker of an earlier
+    run that still writes a part keeps it, and the new run's worker is refused)."""
     if force and os.path.isdir(directory):
         for name in os.listdir(directory):
-            if name.startswith("part-") or name in ("plan.json", "stop"):
+            if (name.startswith("part-") and not name.endswith(".lock")) \
+                    or name in ("plan.json", "stop"):
                 os.remove(os.path.join(directory, name))
     os.makedirs(directory, exist_ok=True)
     stop_file = os.path.join(directory, "stop")
     if os.path.exists(stop_file):
         os.remove(stop_file)
+
+
+def _run_parts(run: Run, cases, out, jobs, scheduler, resume, force, progress) -> Summary:
+    summary = Summary(path=out)
+    directory = parts_dir(out)
+    _clear_parts(directory, force)
+    stop_file = os.path.join(directory, "stop")
     workers = executors.worker_count(scheduler) if scheduler else jobs
     plan = _plan(cases, directory, 4 * workers, resume)
     tasks = [_Part(run, path, f"{k}/{len(plan)}", group, stop_file)
@@ -281,7 +338,8 @@ def _generate_parts(run: Run, cases, out, jobs, scheduler, resume, force, progre
 def _root_of(part: str) -> dict:
     """The root attributes of a part file that describe the whole run."""
     with goldens.open(part) as gf:
-        return {k: v for k, v in gf.attrs.items() if k not in ("complete", "part", "created")}
+        return {k: v for k, v in gf.attrs.items()
+                if k not in ("complete", "writing", "part", "created")}
 
 
 def generate(sweep: Sweep | Run, cases: list[Case], out, *, jobs: int = 1,
@@ -289,11 +347,13 @@ def generate(sweep: Sweep | Run, cases: list[Case], out, *, jobs: int = 1,
              progress=None) -> Summary:
     """Write ``cases`` of ``sweep`` to ``out`` (see the module docstring); ``Run.of(sweep,
     ...)`` in place of the sweep gives a data seed, compression or root attributes other than
-    the sweep's defaults. ``progress(n)`` is called as cases are written or skipped. Raises
-    ``GenerateInterrupted`` on Ctrl-C."""
+    the sweep's defaults. ``progress(n)`` is called as cases are written or skipped. A case
+    that would need more than the machine's memory is refused before anything is written
+    (``check_memory``). Raises ``GenerateInterrupted`` on Ctrl-C."""
     start = time.perf_counter()
     run = sweep if isinstance(sweep, Run) else Run.of(sweep)
     out = os.fspath(out)
+    check_memory(cases)
     here = jobs <= 1 and not scheduler
     try:
         if here:

@@ -10,20 +10,29 @@ Worker processes ignore SIGINT: a Ctrl-C in a terminal reaches the whole process
 the parent should answer it. ``run`` then tells the tasks under way to stop (the
 generator's tasks stop at their next case boundary, see ``refspec.goldens.engine``), cancels
 those not started, and lets the KeyboardInterrupt through once the others have returned.
+
+A worker outlives a parent that is killed (SIGKILL reaches the parent alone), and an idle one
+would wait for tasks forever. So a task that works through many pieces asks ``parent_gone()``
+between them and returns when it is true, and each worker process watches its parent
+(``multiprocessing.parent_process().sentinel``, closed by the system when the parent dies,
+however it dies): once the parent is gone and no task is under way, the worker ends. No worker
+goes on writing, or waiting, for a run that has ended.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
+import threading
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 
 from ..spec.errors import one_line
 
 __all__ = ["SCHEDULER_ENV", "WorkerLost", "SchedulerUnavailable", "run", "scheduler_address",
-           "worker_count", "balance"]
+           "worker_count", "balance", "parent_gone"]
 
 #: environment variable naming a Dask scheduler when ``--scheduler`` is not given
 SCHEDULER_ENV = "REFSPEC_SCHEDULER"
@@ -35,6 +44,38 @@ class WorkerLost(RuntimeError):
 
 class SchedulerUnavailable(RuntimeError):
     """No Dask: the distributed package is missing, or the scheduler cannot be reached."""
+
+
+def parent_gone() -> bool:
+    """True in a worker process whose parent (the process that started it) has ended; False in
+    the main process. The standard library's ``multiprocessing.parent_process()`` watches the
+    parent's end of a pipe, which the system closes when the parent dies, however it dies."""
+    parent = multiprocessing.parent_process()
+    return parent is not None and not parent.is_alive()
+
+
+#: held by a worker process while it runs a task (``_run_task``), taken for good by the thread
+#: that ends the worker when its parent is gone (``_end_with_parent``)
+_TASK = threading.Lock()
+
+
+def _watch_parent() -> None:
+    """Initializer of each worker process: a thread that ends it once its parent is gone."""
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_end_with_parent, args=(parent.sentinel,), daemon=True,
+                         name="refspec-parent-watch").start()
+
+
+def _end_with_parent(sentinel) -> None:
+    multiprocessing.connection.wait([sentinel])         # returns when the parent has ended
+    _TASK.acquire()               # the task under way returns at its next piece (parent_gone)
+    os._exit(0)
+
+
+def _run_task(fn, task):
+    with _TASK:
+        return fn(task)
 
 
 def scheduler_address(given: str | None) -> str | None:
@@ -94,13 +135,14 @@ def run(fn, tasks: list, *, jobs: int = 1, scheduler: str | None = None, on_inte
 
 def _run_processes(fn, tasks, jobs, on_interrupt):
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)) or 1, mp_context=ctx) as pool:
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)) or 1, mp_context=ctx,
+                             initializer=_watch_parent) as pool:
         try:
             # the workers start while SIGINT is ignored and inherit that (Python keeps a SIGINT
             # disposition its parent changed), so a Ctrl-C reaches this process alone
             previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
             try:
-                futures = {pool.submit(fn, task): i for i, task in enumerate(tasks)}
+                futures = {pool.submit(_run_task, fn, task): i for i, task in enumerate(tasks)}
             finally:
                 signal.signal(signal.SIGINT, previous)
             for future in as_completed(futures):

@@ -14,6 +14,15 @@ sequential reads; others are read through h5py in blocks. Each file is written t
 name and renamed, and existing files are never overwritten without ``force`` (checked for
 every file before anything is written). The cases' metadata come from the golden file's index,
 so no HDF5 attribute is read per case.
+
+Nothing is trusted blindly: every array is checked against its description and checksum as it
+is read (``refspec.goldens.datasets``), so a file whose index and data disagree, whose bytes
+are damaged or lie outside it is refused naming the case and the dataset; an incomplete file
+is refused unless opened with ``allow_incomplete``. Every case folder must lie inside the
+output folder once symbolic links are resolved (``refspec.goldens.format.inside``). With
+``force``, each case folder is first emptied of what an earlier export and a kernel's run left
+there (the files of either format, the kernel's outputs, ``status.json``, temporaries), so
+nothing is judged later against the new goldens by mistake.
 """
 
 from __future__ import annotations
@@ -29,8 +38,8 @@ import numpy as np
 from .. import ops
 from ..spec.dtypes import bfloat16, dtype_name
 from . import executors
-from .atomic import write_chunks_atomic
-from .format import GoldenFileError, check_case_id
+from .atomic import temporaries, write_chunks_atomic
+from .format import GoldenFileError, OutsideError, check_case_id, inside
 from .read import GoldenCase, GoldenFile, LazyArray
 from .selection import select_ids
 from .format import stored_dtype
@@ -55,6 +64,17 @@ class ExportedFile(NamedTuple):
 
 def case_dir(out_dir, case_id: str) -> str:
     return os.path.join(os.fspath(out_dir), *check_case_id(case_id).split("/"))
+
+
+def checked_case_dir(out_dir: str, case_id: str) -> str:
+    """``case_dir``, refused (``ExportError``) when a symbolic link inside ``out_dir`` would
+    take it elsewhere."""
+    d = case_dir(out_dir, case_id)
+    try:
+        inside(out_dir, os.path.relpath(d, out_dir))
+    except OutsideError as exc:
+        raise ExportError(f"case {case_id!r}: its folder {exc}; refused") from None
+    return d
 
 
 def operator_of(case: GoldenCase) -> ops.Operator:
@@ -101,7 +121,7 @@ def _stored_blocks(arr: LazyArray, files: dict):
                 n = min(BLOCK_BYTES, count * itemsize - at)
                 data = os.pread(files[path], n, offset + at)
                 if len(data) != n:
-                    raise GoldenFileError(f"{path}: ended early reading dataset {arr.name}")
+                    raise arr.corrupt("the file ends before its last bytes (truncated)")
                 yield data
         return
     dt = stored_dtype(arr.dtype)
@@ -181,45 +201,59 @@ def export_cases(path, out_dir, case_ids=None, fmt: str = "bin", force: bool = F
                  jobs: int = 1, scheduler: str | None = None, socs=None) -> list[str]:
     """Export cases of the golden file ``path`` under ``out_dir``; returns the case directories.
 
-    ``case_ids``: ids or shell patterns (None = every case); ``socs``: only the cases of these
-    chip profiles (None: every one; ``refspec.goldens.selection.profiles``). ``jobs`` worker
-    processes (or the Dask cluster at ``scheduler``) export groups of cases of about equal
-    size side by side, each reading the golden file itself. Raises ExportError if a target
-    file exists and ``force`` is False (before writing anything), UnknownCaseError for an
-    unknown id, GoldenFileError for an unreadable file and OSError when the directory cannot
-    be written.
+    ``path``: a golden file's path, or an open ``GoldenFile`` (opened with
+    ``allow_incomplete=True`` to export the cases an incomplete file holds). ``case_ids``: ids
+    or shell patterns (None = every case); ``socs``: only the cases of these chip profiles
+    (None: every one; ``refspec.goldens.selection.profiles``). ``jobs`` worker processes (or
+    the Dask cluster at ``scheduler``) export groups of cases of about equal size side by
+    side, each reading the golden file itself. Raises ExportError if a file of a case folder
+    exists and ``force`` is False (before writing anything) or a case folder would lie outside
+    ``out_dir``, UnknownCaseError for an unknown id, GoldenFileError for an unreadable or
+    incomplete file (CorruptGoldenError for damaged data) and OSError when a file cannot be
+    written (naming it).
     """
     if fmt not in FORMATS:
         raise ExportError(f"format {fmt!r} is not supported; allowed: {', '.join(FORMATS)}")
     out_dir = os.path.abspath(os.fspath(out_dir))
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise ExportError("output exists and is not a directory", out_dir)
-    with GoldenFile(path) as gf:
+    source = (path.path, path.allow_incomplete) if isinstance(path, GoldenFile) else (
+        os.fspath(path), False)
+    with GoldenFile(*source) as gf:
         ids = select_ids(gf, case_ids, socs=socs)
+        for case_id in ids:
+            checked_case_dir(out_dir, case_id)
         if not force and os.path.isdir(out_dir):      # nothing is written if anything exists
-            existing = [t for case_id in ids for t in _targets(gf[case_id], out_dir, fmt)
+            existing = [t for case_id in ids for t in _known_files(gf[case_id], out_dir)
                         if os.path.lexists(t)]
             if existing:
                 more = f" and {len(existing) - 1} more" if len(existing) > 1 else ""
-                raise ExportError(f"{existing[0]} exists{more}; use --force to overwrite")
+                raise ExportError(f"{existing[0]} exists{more}; use --force to replace them "
+                                  "(it also removes the kernel outputs and status.json an "
+                                  "earlier run left in the case folders)")
         rows = {r.case_id: r for r in gf.summary()}
     weights = [rows[c].data_bytes + FILE_COST * 12 for c in ids]
     groups = executors.balance(weights, 4 * jobs if jobs > 1 or scheduler else 1)
-    tasks = [(os.fspath(path), out_dir, [ids[i] for i in g], fmt) for g in groups]
+    tasks = [(source, out_dir, [ids[i] for i in g], fmt, force) for g in groups]
     for _ in executors.run(_export_group, tasks, jobs=jobs, scheduler=scheduler):
         pass
     return [case_dir(out_dir, c) for c in ids]
 
 
 def _export_group(task) -> int:
-    """Export the cases ``ids`` of one golden file (a task: runs in a worker process too)."""
-    path, out_dir, ids, fmt = task
+    """Export the cases ``ids`` of one golden file (a task: runs in a worker process too; it
+    stops between cases when the process that started it has ended)."""
+    source, out_dir, ids, fmt, force = task
     files = {}
-    with GoldenFile(path) as gf:
+    with GoldenFile(*source) as gf:
         try:
             for case_id in ids:
+                if executors.parent_gone():
+                    break
                 case = gf[case_id]
-                d = case_dir(out_dir, case_id)
+                d = checked_case_dir(out_dir, case_id)
+                if force:
+                    _clear(case, out_dir)
                 os.makedirs(d, exist_ok=True)
                 planned = plan_files(case, fmt)
                 written = {f.file_name: write_array_file(os.path.join(d, f.file_name), f.array,
@@ -232,7 +266,22 @@ def _export_group(task) -> int:
     return len(ids)
 
 
-def _targets(case: GoldenCase, out_dir: str, fmt: str) -> list[str]:
-    """The files exporting ``case`` writes."""
+def _known_files(case: GoldenCase, out_dir: str) -> list[str]:
+    """Every file of a case folder that an export (in either format) or a kernel's harness
+    writes: inputs, goldens, the kernel's outputs, case.json, status.json."""
     d = case_dir(out_dir, case.case_id)
-    return [os.path.join(d, f.file_name) for f in plan_files(case, fmt)] + [os.path.join(d, CASE_JSON)]
+    op = operator_of(case)
+    names = [CASE_JSON, STATUS_FILE]
+    for fmt in FORMATS:
+        names += [f.file_name for f in plan_files(case, fmt)]
+        names += [op.tensor_file(n, fmt) for n in case.output_names]
+    return [os.path.join(d, n) for n in dict.fromkeys(names)]
+
+
+def _clear(case: GoldenCase, out_dir: str) -> None:
+    """Remove what an earlier export or run left in a case folder (``_known_files`` and
+    their temporaries)."""
+    for path in _known_files(case, out_dir):
+        for found in [path] + temporaries(path):
+            if os.path.lexists(found):
+                os.remove(found)

@@ -19,11 +19,12 @@ from ..spec.dtypes import bfloat16, dtype_name
 __all__ = [
     "SCHEMA_VERSION", "CASES_GROUP", "CHUNK_BYTES", "MIN_CHUNKED_BYTES", "INDEX_DATASET", "CASE_SUBGROUPS", "BF16_ENCODING",
     "COMPRESSIONS", "DEFAULT_COMPRESSION", "DEFAULT_GZIP_LEVEL", "LIBVER",
-    "GoldenFileError", "GoldenFileExistsError", "GoldenFileDamagedError", "UnknownCaseError",
+    "GoldenFileError", "GoldenFileExistsError", "GoldenFileDamagedError", "CorruptGoldenError",
+    "IncompleteGoldenError", "GoldenFileLockedError", "UnknownCaseError", "CHECKSUMS",
     "part_path", "parts_dir", "interrupted_run", "encode_array", "decode_array", "stored_dtype",
     "bits_to_bfloat16", "chunk_shape",
     "compression_filters", "describe_compression", "case_path", "check_case_id", "to_jsonable", "attr_value",
-    "read_attrs", "atomic_replace",
+    "read_attrs", "atomic_replace", "OutsideError", "inside",
 ]
 
 #: 2: metadata in the index only, parameters under the axes' names, operators by record id
@@ -47,6 +48,10 @@ DEFAULT_GZIP_LEVEL = 1
 #: lower bound: its superblock marks a file "open for writing" until closed, and a killed run's
 #: .part could then not be reopened for --resume without h5clear.
 LIBVER = ("v108", "v110")
+#: the root attribute ``checksums`` of a file whose every dataset carries a checksum: HDF5's
+#: Fletcher32 filter on chunked datasets (and the index's columns), the CRC-32 of its bytes in
+#: the index for a contiguous one, the CRC-32 of each index row's texts
+CHECKSUMS = "fletcher32+crc32"
 #: target size of one chunk in bytes (C-order blocks of whole trailing rows)
 CHUNK_BYTES = 1 << 20
 #: smaller datasets are stored contiguous: a 1.8-format chunk index costs ~4 KiB per dataset
@@ -81,6 +86,33 @@ class GoldenFileDamagedError(GoldenFileError):
     metadata, before its first flush, ...)."""
 
 
+class CorruptGoldenError(GoldenFileError):
+    """A golden file whose content fails its checks: a dataset whose checksum does not match
+    its bytes, a dataset or attribute that is missing, a shape or dtype that contradicts the
+    index, storage outside the file (external or virtual datasets), an index that is not
+    readable JSON, an expected output that is not its exact value rounded once. ``case_id``
+    and ``dataset`` (``"expected/dx"``, ``"/index"``) say where, when known; ``str()`` is one
+    line ``"<path>: case <id>: <dataset>: <what>"``."""
+
+    def __init__(self, message: str, path=None, case_id: str | None = None,
+                 dataset: str | None = None):
+        where = "".join(f"{w}: " for w in (f"case {case_id}" if case_id else None, dataset) if w)
+        super().__init__(where + message, path)
+        self.case_id, self.dataset, self.problem = case_id, dataset, message
+
+    def __reduce__(self):
+        return (type(self), (self.problem, self.filename, self.case_id, self.dataset))
+
+
+class IncompleteGoldenError(GoldenFileError):
+    """A golden file not marked complete (an interrupted run, a partial merge), opened without
+    asking for what it holds (``allow_incomplete=True``, ``--allow-incomplete``)."""
+
+
+class GoldenFileLockedError(GoldenFileError):
+    """The file is being written (or read, for a writer) by another process."""
+
+
 class UnknownCaseError(KeyError):
     """A case id that is not in the file (``str()`` is the plain message, not its repr)."""
 
@@ -104,7 +136,8 @@ def interrupted_run(path) -> str:
     part, parts = part_path(path), parts_dir(path)
     if os.path.isfile(part):
         return (f"; {part} beside it holds the cases an interrupted run wrote (`refspec show "
-                f"{part}` shows them; the same generate command with --resume completes it)")
+                f"--allow-incomplete {part}` shows them; the same generate command with --resume "
+                "completes it)")
     if os.path.isdir(parts):
         return (f"; {parts}{os.sep} beside it holds the part files of an interrupted run (the "
                 "same generate command with --resume completes it)")
@@ -288,3 +321,22 @@ def atomic_replace(tmp, final) -> None:
     fsync_path(tmp)
     os.replace(tmp, final)
     fsync_path(os.path.dirname(os.path.abspath(final)) or ".")
+
+
+class OutsideError(ValueError):
+    """A path read from an input that leads outside the folder it came from."""
+
+
+def inside(base, name) -> str:
+    """The path of ``name`` (relative to the folder ``base``, as an input names it) with every
+    symbolic link resolved, when it lies inside ``base`` (resolved too); ``OutsideError``
+    naming both otherwise: an absolute ``name``, ``..`` parts or a symbolic link that lead
+    elsewhere. Parts that do not exist yet are taken as they are. The one rule for every file
+    name refspec reads from an input or writes under an output folder."""
+    root = os.path.realpath(os.fspath(base))
+    name = os.fspath(name)
+    full = os.path.realpath(os.path.join(root, name))
+    if full != root and os.path.commonpath([root, full]) != root:
+        raise OutsideError(f"{name!r} leads to {full}, outside {root} (files are read and "
+                           "written only inside the folder they were given in)")
+    return full

@@ -5,9 +5,17 @@ check and a property list per object; a golden file has tens of thousands of sma
 helpers make the same objects (creation order tracked, no modification times) with property
 lists made once: ``CaseGroups`` the groups along case ids, ``DatasetMaker`` the datasets, and
 ``write_arrays`` one subgroup of a case (inputs, expected, exact, sum_abs).
+
+Every dataset carries a checksum (docs/goldens.md, "Checksums"): a chunked one HDF5's
+Fletcher32 filter, which HDF5 checks on every read of a chunk; a contiguous one (at most
+``CHUNK_BYTES`` unfiltered, kept contiguous because a chunk index in the HDF5 1.8 format costs
+about 4 KiB per dataset) the CRC-32 of its bytes, in its description in the index, which
+refspec's reader checks when it first reads the dataset.
 """
 
 from __future__ import annotations
+
+import zlib
 
 import h5py
 import numpy as np
@@ -15,10 +23,19 @@ from h5py import h5d, h5g, h5p, h5s, h5t, h5z
 
 from .format import CASES_GROUP, CHUNK_BYTES, MIN_CHUNKED_BYTES, chunk_shape, encode_array
 
-__all__ = ["CaseGroups", "DatasetMaker", "write_arrays"]
+__all__ = ["CaseGroups", "DatasetMaker", "write_arrays", "bytes_crc32", "copy_cases"]
 
 _ORDER = h5p.CRT_ORDER_TRACKED | h5p.CRT_ORDER_INDEXED
 _SCALAR_SPACE = h5s.create(h5s.SCALAR)
+
+
+def bytes_crc32(arr: np.ndarray, crc: int = 0) -> int:
+    """The CRC-32 (zlib's) of an array's bytes as stored: C order, little-endian, continuing
+    ``crc`` (so blocks in C order give the CRC of the whole)."""
+    arr = np.ascontiguousarray(arr)
+    if arr.dtype.byteorder == ">":
+        arr = arr.astype(arr.dtype.newbyteorder("<"))
+    return zlib.crc32(arr.reshape(-1).view(np.uint8), crc)
 
 
 def _group_plists() -> tuple:
@@ -113,7 +130,8 @@ class CaseGroups:
 def _dataset_plist(chunks, filters: dict) -> h5p.PropDCID:
     """The dataset creation property list h5py's ``create_dataset`` builds for ``chunks``
     (None: contiguous) and the keywords of ``refspec.goldens.format.compression_filters``
-    (shuffle before compression), without modification times, attributes in creation order."""
+    (shuffle before compression, Fletcher32 checksums on chunked data), without modification
+    times, attributes in creation order."""
     dcpl = h5p.create(h5p.DATASET_CREATE)
     if chunks is not None:
         dcpl.set_chunk(chunks)
@@ -123,6 +141,7 @@ def _dataset_plist(chunks, filters: dict) -> h5p.PropDCID:
             dcpl.set_deflate(filters["compression_opts"])
         elif filters.get("compression") == "lzf":
             dcpl.set_filter(h5z.FILTER_LZF, h5z.FLAG_OPTIONAL)
+        dcpl.set_fletcher32()           # last, as h5py orders it: the checksum of what is stored
     dcpl.set_obj_track_times(False)
     dcpl.set_attr_creation_order(_ORDER)
     return dcpl
@@ -132,7 +151,8 @@ class DatasetMaker:
     """Datasets of one file's settings (``filters``: the keywords of ``compression_filters``):
     what ``group.create_dataset(name, data=data, chunks=chunk_shape(...), track_order=True,
     **filters)`` creates (no filters on contiguous datasets), with the creation property lists,
-    types and dataspaces made once per chunk shape, dtype and shape."""
+    types and dataspaces made once per chunk shape, dtype and shape; chunked datasets carry
+    HDF5's Fletcher32 checksum (``fletcher32=True``)."""
 
     def __init__(self, filters: dict):
         self.filters = filters
@@ -140,7 +160,9 @@ class DatasetMaker:
         self._types: dict = {}
         self._spaces: dict = {}
 
-    def create(self, group: h5g.GroupID, name: str, data: np.ndarray) -> h5d.DatasetID:
+    def create(self, group: h5g.GroupID, name: str, data: np.ndarray) -> tuple:
+        """The dataset ``name`` holding ``data``, and whether it is chunked (then HDF5
+        checksums it; a contiguous dataset's checksum is its caller's to keep)."""
         # unfiltered data are chunked only when they span several chunks: one chunk would only
         # add a chunk index (filters need chunks whatever the size)
         chunks = chunk_shape(data.shape, data.dtype.itemsize,
@@ -161,14 +183,15 @@ class DatasetMaker:
         dsid = h5d.create(group, name.encode("utf-8"), types[0], space, dcpl=dcpl)
         if data.size:
             dsid.write(h5s.ALL, h5s.ALL, data, mtype=types[1])
-        return dsid
+        return dsid, chunks is not None
 
 
 def write_arrays(case_group: h5py.Group, sub: str, arrays: dict, maker: DatasetMaker,
                  wide: bool = False) -> tuple:
     """Write one subgroup of a case (``wide``: as float64, the exact values and the sums of
     absolute terms); returns (logical bytes, stored bytes, {name: {"dtype", "encoding"
-    (bfloat16 bits), "shape"}})."""
+    (bfloat16 bits), "shape", and for a contiguous dataset "crc32", the CRC-32 of its stored
+    bytes}})."""
     if not arrays:
         return 0, 0, {}
     group = h5g.create(case_group.id, sub.encode("ascii"), lcpl=_LCPL, gcpl=_GCPL)
@@ -179,8 +202,20 @@ def write_arrays(case_group: h5py.Group, sub: str, arrays: dict, maker: DatasetM
         if wide:
             arr = arr.astype(np.float64, copy=False)
         stored, attrs = encode_array(arr)
-        ds = maker.create(group, name, stored)
+        ds, chunked = maker.create(group, name, stored)
         nbytes += stored.nbytes
         on_disk += ds.get_storage_size()
         described[name] = {**attrs, "shape": list(stored.shape)}
+        if not chunked:
+            described[name]["crc32"] = bytes_crc32(stored)
     return nbytes, on_disk, described
+
+
+def copy_cases(f: h5py.File, cases) -> None:
+    """Copy ``(h5py.Group, case id)`` pairs into the golden file ``f`` with HDF5's object copy
+    (bytes, chunks, filters and attributes as they are, nothing decoded); the caller appends
+    their index rows."""
+    groups = CaseGroups(f)
+    for group, case_id in cases:
+        group.file.copy(group, groups.parent(case_id), name=case_id.rsplit("/", 1)[-1])
+        groups.add(case_id)

@@ -96,5 +96,5 @@ def with_sums(case):
 
     described = case.meta.get("arrays", {}).get("sum_abs", {})
     case.sum_abs = type(case.sum_abs)(described, case._opener("sum_abs"), f"{case.case_id}/sum_abs",
-                                      {n: computed(n) for n in missing})
+                                      {n: computed(n) for n in missing}, case._source)
     return case

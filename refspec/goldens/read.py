@@ -5,6 +5,12 @@ read once; files of schema 1 are read as schema 2 (``refspec.goldens.legacy``). 
 read before it is asked for: a LazyArray reads the slices it is indexed with (or
 whole, with ``read()``), decoding bfloat16 bit patterns to ``ml_dtypes.bfloat16``, so a
 comparator can stream a 4 GiB file in blocks (``LazyArray.blocks``).
+
+Nothing is trusted blindly (``refspec.goldens.integrity``): a file not marked complete is
+refused unless asked for (``allow_incomplete``); a dataset is checked against its description
+in the index when it is opened (stored in the file, its dtype and shape) and against its
+checksum when it is read; every problem of the file is a ``CorruptGoldenError`` (a
+``GoldenFileError``) naming the file, the case and the dataset.
 """
 
 from __future__ import annotations
@@ -13,210 +19,18 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from math import prod
 
 import h5py
 import numpy as np
 
-from ..spec.dtypes import bfloat16
 from ..spec.errors import one_line
 from . import index, legacy
-from .format import (BF16_ENCODING, CASE_SUBGROUPS, CASES_GROUP, INDEX_DATASET, SCHEMA_VERSION,
-                     GoldenFileError, UnknownCaseError, case_path, decode_array, interrupted_run,
-                     read_attrs)
+from .format import (CASE_SUBGROUPS, CASES_GROUP, CHECKSUMS, INDEX_DATASET, SCHEMA_VERSION,
+                     CorruptGoldenError, GoldenFileError, IncompleteGoldenError,
+                     UnknownCaseError, case_path, interrupted_run, read_attrs)
+from .datasets import READ_ERRORS, LazyArray, Source
 
-__all__ = ["open", "GoldenFile", "GoldenCase", "LazyArray", "ArrayGroup"]
-
-class LazyArray:
-    """One dataset of a golden file, read on demand and decoded to its real dtype.
-
-    ``arr[index]`` follows h5py's indexing rules (slices with positive steps, integers,
-    increasing index lists) and returns a NumPy array; ``arr.read()`` and ``np.asarray(arr)``
-    read it whole.
-    """
-
-    def __init__(self, opener, name: str, described: dict):
-        """``opener()`` opens the dataset (its low-level ``h5py.h5d.DatasetID``) when data are
-        first read; ``described``: its attributes and shape as the file's index gives them."""
-        self._ds = None
-        self._id = None
-        self._open = opener
-        self._attrs = {k: v for k, v in described.items() if k != "shape"}
-        self.name = name
-        self.encoding = self._attrs.get("encoding")
-        self.dtype = bfloat16 if self.encoding == BF16_ENCODING else np.dtype(self._attrs["dtype"])
-        self.shape = tuple(described["shape"])
-
-    @property
-    def _dsid(self) -> h5py.h5d.DatasetID:
-        """The low-level dataset (opened on first use; cheaper than an h5py Dataset)."""
-        if self._id is None:
-            self._id = self._open()
-        return self._id
-
-    @property
-    def _dataset(self) -> h5py.Dataset:
-        if self._ds is None:
-            self._ds = h5py.Dataset(self._dsid)
-        return self._ds
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return prod(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
-
-    @property
-    def chunks(self):
-        return self._dataset.chunks
-
-    @property
-    def compression(self) -> str:
-        """"none", "lzf", "gzip:N", with "+shuffle" when the shuffle filter is on."""
-        ds = self._dataset
-        name = ds.compression or "none"
-        if name == "gzip":
-            name = f"gzip:{ds.compression_opts}"
-        return name + ("+shuffle" if ds.shuffle else "")
-
-    @property
-    def stored_nbytes(self) -> int:
-        """Bytes the dataset occupies in the file (after compression)."""
-        return int(self._dsid.get_storage_size())
-
-    @property
-    def attrs(self) -> dict:
-        """What the file's index says of the dataset: dtype (and ``encoding`` for bfloat16
-        bits), and for an expected output its comparison class, reduced terms and axes."""
-        return dict(self._attrs)
-
-    @property
-    def file_path(self) -> str:
-        """The file the dataset is stored in."""
-        return h5py.h5f.get_name(self._dsid).decode("utf-8", "surrogateescape")
-
-    def raw_extents(self):
-        """Where the dataset's elements lie in its file when they are stored raw, or None.
-
-        A list of ``(flat_start, count, byte_offset)`` in C order covering every element:
-        ``count`` elements from flat index ``flat_start`` are the stored bytes at
-        ``byte_offset`` of ``file_path`` (little-endian, as stored: bfloat16 as its bit
-        patterns). None when they are not: filters (compression, shuffle, checksums),
-        unallocated chunks (fill values), chunks that are not runs of whole trailing axes,
-        big-endian storage, a user block, or an HDF5 library that cannot tell.
-        """
-        try:
-            return _raw_extents(self._dsid, self.shape)
-        except Exception:  # an HDF5 build without the chunk queries, and the like
-            return None
-
-    def __len__(self):
-        if not self.shape:
-            raise TypeError("len() of a 0-d array")
-        return self.shape[0]
-
-    def _check_open(self):
-        if not self._dataset.id.valid:
-            raise GoldenFileError(f"dataset {self.name} read after its file was closed")
-
-    def __getitem__(self, index) -> np.ndarray:
-        self._check_open()
-        if self.size == 0:
-            return decode_array(np.empty(self.shape, self._dataset.dtype)[index], self.encoding)
-        return decode_array(self._dataset[index], self.encoding)
-
-    def read(self) -> np.ndarray:
-        """The whole dataset as one array."""
-        return self[()]
-
-    def __array__(self, dtype=None, copy=None):
-        arr = self.read()
-        return arr if dtype is None else arr.astype(dtype)
-
-    def blocks(self, max_bytes: int = 64 << 20):
-        """Yield ``(index, array)`` for consecutive C-order blocks of at most about ``max_bytes``
-        (whole runs of the first axes), so ``out[index] = array`` rebuilds the whole array."""
-        if self.ndim == 0 or self.size == 0:
-            yield (), self.read()
-            return
-        yield from self._blocks((), max_bytes)
-
-    def _blocks(self, prefix: tuple, max_bytes: int):
-        axis = len(prefix)
-        inner = prod(self.shape[axis + 1:]) * self.dtype.itemsize
-        if inner > max_bytes and axis + 1 < self.ndim:
-            for i in range(self.shape[axis]):
-                yield from self._blocks(prefix + (i,), max_bytes)
-            return
-        step = max(1, max_bytes // max(inner, 1))
-        for start in range(0, self.shape[axis], step):
-            index = prefix + (slice(start, min(start + step, self.shape[axis])),)
-            yield index, self[index]
-
-    def __repr__(self):
-        return f"<LazyArray {self.name} shape={self.shape} dtype={self.dtype.name}>"
-
-
-def _raw_extents(dsid: h5py.h5d.DatasetID, shape: tuple):
-    # the low-level calls only: each of h5py's properties costs 10-40 us, per dataset
-    n = prod(shape)
-    if n == 0:
-        return None
-    htype = dsid.get_type()
-    if htype.get_class() not in (h5py.h5t.FLOAT, h5py.h5t.INTEGER) or (
-            htype.get_size() > 1 and htype.get_order() != h5py.h5t.ORDER_LE):
-        return None
-    off = dsid.get_offset()
-    if off is not None:
-        # contiguous and allocated (HDF5 filters only chunked data); the offset counts from the
-        # start of the file, a user block included
-        return [(0, n, int(off))]
-    itemsize = htype.get_size()
-    if h5py.h5i.get_file_id(dsid).get_create_plist().get_userblock():
-        return None                       # chunk addresses count from the end of a user block
-    dcpl = dsid.get_create_plist()
-    if dcpl.get_nfilters():
-        return None
-    layout = dcpl.get_layout()
-    if layout != h5py.h5d.CHUNKED:
-        return None
-    chunks = dcpl.get_chunk()
-    ax = next((i for i, c in enumerate(chunks) if c != 1), len(shape) - 1)
-    if any(c != 1 for c in chunks[:ax]) or tuple(chunks[ax + 1:]) != shape[ax + 1:]:
-        return None                       # not a run of whole trailing axes
-    tail = prod(shape[ax + 1:])
-    chunk_bytes = prod(chunks) * itemsize
-    strides = [prod(shape[i + 1:]) for i in range(len(shape))]
-    found = []
-
-    def one(offset, filter_mask, addr, size):
-        if filter_mask or size != chunk_bytes or addr is None:
-            raise ValueError("chunk not stored raw")
-        start = sum(int(o) * st for o, st in zip(offset, strides))
-        count = min(chunks[ax], shape[ax] - int(offset[ax])) * tail
-        found.append((start, count, int(addr)))
-
-    if hasattr(dsid, "chunk_iter"):
-        dsid.chunk_iter(lambda info: one(info.chunk_offset, info.filter_mask, info.byte_offset,
-                                         info.size))
-    else:
-        for i in range(dsid.get_num_chunks()):
-            info = dsid.get_chunk_info(i)
-            one(info.chunk_offset, info.filter_mask, info.byte_offset, info.size)
-    found.sort()
-    pos = 0
-    for start, count, _ in found:
-        if start != pos:
-            return None                   # a chunk never written: its elements are fill values
-        pos += count
-    return found if pos == n else None
-
+__all__ = ["open", "GoldenFile", "GoldenCase", "LazyArray", "ArrayGroup", "Source"]
 
 class ArrayGroup(Mapping):
     """Name -> array for one subgroup of a case (empty when the subgroup is absent): a
@@ -224,10 +38,12 @@ class ArrayGroup(Mapping):
     file of schema 1 the sums of absolute terms it lacks, computed on first use
     (``computed``: name -> a function giving the array)."""
 
-    def __init__(self, described: dict, opener, where: str, computed: dict | None = None):
+    def __init__(self, described: dict, opener, where: str, computed: dict | None = None,
+                 source: Source | None = None):
         self._described = described
         self._opener = opener
         self._where = where
+        self._source = source
         self._computed = dict(computed or {})
         self._names = list(described) + [n for n in self._computed if n not in described]
         self._arrays: dict = {}
@@ -239,7 +55,8 @@ class ArrayGroup(Mapping):
         if name not in self._arrays:
             if name in self._described:
                 self._arrays[name] = LazyArray(lambda: self._opener(name), name,
-                                               self._described[name])
+                                               self._described[name], self._source,
+                                               self._where.rpartition("/")[2])
             else:
                 self._arrays[name] = self._computed[name]()
         return self._arrays[name]
@@ -261,24 +78,34 @@ class GoldenCase:
     """One case of a golden file: its metadata (``meta``, its row of the file's index) and
     lazily read arrays; ``open_group()`` opens the case's HDF5 group when data are first
     read. ``sums`` are sums of absolute terms computed for a file of schema 1 that lacks them
-    (``refspec.goldens.legacy``)."""
+    (``refspec.goldens.legacy``). Metadata that is not what the writer writes is a
+    ``CorruptGoldenError``."""
 
-    def __init__(self, case_id: str, op: str, meta: dict, open_group, sums: dict | None = None):
+    def __init__(self, case_id: str, op: str, meta: dict, open_group, sums: dict | None = None,
+                 source: Source | None = None):
         self._open = open_group
         self._group = None
         self._input_arrays = None
+        self._source = (source or Source())._replace(case_id=case_id)
         self.case_id, self.op, self.meta = case_id, op, meta
-        self.params: dict = meta["params"]
-        self.seed: int = int(meta["seed"])
-        self.regenerate: str = meta.get("regenerate", "")
-        error = tuple(meta["error"]) if meta.get("error") else (0, None, None)
-        self.expected_error: int | None = int(error[0]) or None
-        self.expected_error_status: str | None = error[1] or None
-        self.expected_error_message: str | None = error[2] or None
-        arrays = meta.get("arrays", {})
+        try:
+            self.params: dict = dict(meta["params"])
+            self.seed: int = int(meta["seed"])
+            self.regenerate: str = str(meta.get("regenerate", ""))
+            error = tuple(meta["error"]) if meta.get("error") else (0, None, None)
+            code, status, message = error
+            self.expected_error: int | None = int(code) or None
+            arrays = dict(meta.get("arrays", {}))
+            described = {sub: dict(arrays.get(sub, {})) for sub in CASE_SUBGROUPS}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CorruptGoldenError(f"its metadata is not what a golden file holds "
+                                     f"({one_line(exc)})", self._source.path, case_id,
+                                     "/summary/meta") from None
+        self.expected_error_status: str | None = status or None
+        self.expected_error_message: str | None = message or None
         for sub in CASE_SUBGROUPS:
-            setattr(self, sub, ArrayGroup(arrays.get(sub, {}), self._opener(sub),
-                                          f"{case_id}/{sub}", sums if sub == "sum_abs" else None))
+            setattr(self, sub, ArrayGroup(described[sub], self._opener(sub), f"{case_id}/{sub}",
+                                          sums if sub == "sum_abs" else None, self._source))
 
     @property
     def soc(self) -> str:
@@ -293,7 +120,13 @@ class GoldenCase:
     def group(self) -> h5py.Group:
         """The case's HDF5 group (opened on first use)."""
         if self._group is None:
-            self._group = self._open()
+            try:
+                self._group = self._open()
+            except GoldenFileError:
+                raise
+            except (*READ_ERRORS, ValueError) as exc:
+                raise CorruptGoldenError(f"its group cannot be opened ({one_line(exc)})",
+                                         self._source.path, self.case_id) from None
         return self._group
 
     def _opener(self, sub: str):
@@ -321,8 +154,13 @@ class GoldenCase:
 
     def output_meta(self, name: str) -> dict:
         """comparison_class, reduced_terms (int or None), axes, dtype of one expected output."""
-        a = self.expected[name].attrs
-        k = int(a.get("reduced_terms", -1))
+        arr = self.expected[name]
+        a = arr.attrs
+        try:
+            k = int(a.get("reduced_terms", -1))
+        except (TypeError, ValueError):
+            raise arr.corrupt(f"reduced_terms {a.get('reduced_terms')!r} in the index is not a "
+                              "number") from None
         return {"comparison_class": a.get("comparison_class"),
                 "reduced_terms": None if k < 0 else k,
                 "axes": a.get("axes", ""), "dtype": a.get("dtype")}
@@ -339,23 +177,42 @@ class GoldenFile:
     are opened once, when a case of theirs is first read).
     """
 
-    def __init__(self, path):
+    def __init__(self, path, allow_incomplete: bool = False):
         self.path = os.fspath(path)
+        self.allow_incomplete = bool(allow_incomplete)
         self._file = _open_h5(self.path)
         self._parts: dict[str, h5py.File] | None = None
         self._row_of = None
         try:
-            self.attrs = read_attrs(self._file)
-            _check_schema(self.attrs, self.path)
-            if INDEX_DATASET not in self._file or CASES_GROUP not in self._file:
-                raise GoldenFileError("not a refspec golden file (no /index or /cases)", self.path)
-            self._ids = index.read_ids(self._file)
-            self._id_set = set(self._ids)
-            base = os.path.dirname(os.path.abspath(self.path))
-            self._part_files = [os.path.join(base, n) for n in json.loads(self.attrs.get("parts", "[]"))]
-        except BaseException:
+            self._read_root(allow_incomplete)
+        except BaseException as exc:
             self._file.close()
+            if isinstance(exc, Exception) and not isinstance(exc, GoldenFileError):
+                raise CorruptGoldenError(f"not readable as a golden file ({one_line(exc)})",
+                                         self.path) from None
             raise
+
+    def _read_root(self, allow_incomplete: bool) -> None:
+        """The root attributes, the case ids and the part files, checked."""
+        self.attrs = read_attrs(self._file)
+        _check_schema(self.attrs, self.path)
+        if INDEX_DATASET not in self._file or CASES_GROUP not in self._file:
+            raise GoldenFileError("not a refspec golden file (no /index or /cases)", self.path)
+        try:
+            self._ids = index.read_ids(self._file)
+        except READ_ERRORS as exc:
+            raise CorruptGoldenError(f"cannot be read ({one_line(exc)})", self.path,
+                                     dataset=f"/{INDEX_DATASET}") from None
+        self._id_set = set(self._ids)
+        if len(self._id_set) != len(self._ids) or not all(isinstance(c, str) for c in self._ids):
+            raise CorruptGoldenError("lists a case twice, or a case id that is not text",
+                                     self.path, dataset=f"/{INDEX_DATASET}")
+        self._source = Source(self.path, None, self.attrs.get("checksums") == CHECKSUMS)
+        base = os.path.dirname(os.path.abspath(self.path))
+        parts = json.loads(self.attrs.get("parts", "[]"))
+        self._part_files = [os.path.join(base, str(n)) for n in parts]
+        if not self.complete and not allow_incomplete:
+            raise IncompleteGoldenError(_incomplete(self.attrs, len(self._ids)), self.path)
 
     @property
     def complete(self) -> bool:
@@ -380,17 +237,23 @@ class GoldenFile:
         """The HDF5 group of a case (in its part file, for the index of a ``--jobs`` run: the
         part files' own indexes say which holds it, so no link is resolved per case)."""
         path = case_path(case_id).encode("utf-8")
-        f = self._file if not self._part_files else self._part_of()[case_id]
+        f = self._file
+        if self._part_files:
+            f = self._part_of().get(case_id)
+            if f is None:
+                raise CorruptGoldenError("in none of the run's part files", self.path, case_id)
         return h5py.Group(h5py.h5g.open(f.id, path))
 
     def _part_of(self) -> dict:
-        """case id -> the open part file that holds it (the part files opened once)."""
+        """case id -> the open part file that holds it (the part files opened once; each
+        must be a complete golden file)."""
         if self._parts is None:
             self._parts = {}
             for path in self.part_files:
-                part = _open_h5(path)
-                for case_id in index.read_ids(part):
-                    self._parts[case_id] = part
+                part = GoldenFile(path)
+                for case_id in part.case_ids():
+                    self._parts[case_id] = part.h5
+                self._parts.setdefault(("file", path), part)
         return self._parts
 
     @property
@@ -414,8 +277,16 @@ class GoldenFile:
                                    f"({len(self._ids)} cases; `refspec show {self.path} --ids` "
                                    "lists them)")
         row = self._rows()[case_id]
-        meta = json.loads(row.meta)
-        case = GoldenCase(case_id, row.op, meta, lambda: self.case_group(case_id))
+        try:
+            meta = json.loads(row.meta)
+        except ValueError as exc:
+            raise CorruptGoldenError(f"its metadata is not JSON ({one_line(exc)})", self.path,
+                                     case_id, "/summary/meta") from None
+        if not isinstance(meta, dict):
+            raise CorruptGoldenError("its metadata is not a JSON object", self.path, case_id,
+                                     "/summary/meta")
+        case = GoldenCase(case_id, row.op, meta, lambda: self.case_group(case_id),
+                          source=self._source)
         if self.schema < SCHEMA_VERSION:
             case = legacy.with_sums(case)
         return case
@@ -423,10 +294,20 @@ class GoldenFile:
     def _rows(self) -> dict:
         """The index rows by case id (read once; a file of schema 1 has them upgraded)."""
         if self._row_of is None:
-            rows = index.read_rows(self._file, self._ids)
-            if self.schema < SCHEMA_VERSION:
-                rows = [legacy.upgrade_row(c, r, lambda c=c: self.case_group(c))
-                        for c, r in zip(self._ids, rows)]
+            try:
+                rows = index.read_rows(self._file, self._ids)
+                if self.schema < SCHEMA_VERSION:
+                    rows = [legacy.upgrade_row(c, r, lambda c=c: self.case_group(c))
+                            for c, r in zip(self._ids, rows)]
+            except GoldenFileError:
+                raise
+            except (*READ_ERRORS, ValueError, TypeError) as exc:
+                raise CorruptGoldenError(f"cannot be read ({one_line(exc)})", self.path,
+                                         dataset="/summary") from None
+            missing = [c for c, r in zip(self._ids, rows) if r is None]
+            if missing:
+                raise CorruptGoldenError(f"{len(missing)} of the {len(self._ids)} cases of "
+                                         "/index have no row", self.path, missing[0], "/summary")
             self._row_of = {r.case_id: r for r in rows}
         return self._row_of
 
@@ -435,8 +316,9 @@ class GoldenFile:
             yield self[case_id]
 
     def close(self) -> None:
-        for part in set((self._parts or {}).values()):
-            part.close()
+        for key, part in (self._parts or {}).items():
+            if isinstance(key, tuple):
+                part.close()
         self._parts = None
         self._file.close()
 
@@ -483,7 +365,20 @@ def _check_schema(attrs: dict, path: str) -> None:
                               f"{SCHEMA_VERSION} this refspec reads; upgrade refspec", path)
 
 
-def open(path) -> GoldenFile:  # noqa: A001 - the documented name
+def _incomplete(attrs: dict, cases: int) -> str:
+    """Why a file is not complete, and what to do, as the end of a message."""
+    if attrs.get("partial"):
+        why = f"a partial merge ({attrs['partial']})"
+    else:
+        why = ("written by a run that was interrupted or is still running (the same generate "
+               "command with --resume completes it)")
+    return (f"incomplete: {why}; --allow-incomplete (allow_incomplete=True) reads the {cases} "
+            "cases it holds")
+
+
+def open(path, allow_incomplete: bool = False) -> GoldenFile:  # noqa: A001 - the documented name
     """Open a golden file for reading (a context manager); raises GoldenFileError if it is
-    missing, unreadable, not a refspec golden file or of a newer schema."""
-    return GoldenFile(path)
+    missing, unreadable, not a refspec golden file or of a newer schema, CorruptGoldenError
+    if what it holds is damaged, and IncompleteGoldenError if it is not marked complete
+    (an interrupted run, a partial merge) unless ``allow_incomplete``."""
+    return GoldenFile(path, allow_incomplete)

@@ -23,9 +23,10 @@ from contextlib import ExitStack
 import h5py
 
 from . import index
+from .atomic import OutputLock, ensure_space
 from .format import GoldenFileError, GoldenFileExistsError, atomic_replace, case_path, part_path
 from .read import GoldenFile
-from .h5_objects import CaseGroups
+from .h5_objects import CaseGroups, copy_cases
 from .write import SWEEP_ATTRS, create_golden_file, utc_now
 
 __all__ = ["merge", "pack", "write_index", "shard_label"]
@@ -121,14 +122,12 @@ def _merged_order(shards: list[GoldenFile]) -> list[tuple[GoldenFile, str]]:
 
 def _copy_cases(out_path: str, root: dict, order: list[tuple[GoldenFile, str]],
                 rows: dict, complete: bool) -> str:
+    """Write ``out_path`` (its ``.part``, renamed when done; the caller holds its lock)."""
     tmp = part_path(out_path)
+    ensure_space(tmp, sum(rows[c].stored_bytes for _, c in order))
     f = create_golden_file(tmp, root)
     try:
-        groups = CaseGroups(f)
-        for gf, case_id in order:
-            group = gf.case_group(case_id)
-            group.file.copy(group, groups.parent(case_id), name=case_id.rsplit("/", 1)[-1])
-            groups.add(case_id)
+        copy_cases(f, ((gf.case_group(case_id), case_id) for gf, case_id in order))
         index.append(f, [rows[c] for _, c in order])
         f.attrs["complete"] = complete
         f.flush()
@@ -156,7 +155,8 @@ def merge(out_path, shard_paths, force: bool = False, allow_partial: bool = Fals
     shard_paths = [os.fspath(p) for p in shard_paths]
     _check_output(out_path, shard_paths, force)
     with ExitStack() as stack:
-        shards = [stack.enter_context(GoldenFile(p)) for p in shard_paths]
+        stack.enter_context(OutputLock(out_path))
+        shards = [stack.enter_context(GoldenFile(p, allow_incomplete=True)) for p in shard_paths]
         problems = _check_shards(shards, allow_partial)
         root = {k: v for k, v in shards[0].attrs.items() if k not in _OWN}
         root.update(created=utc_now(), merged_from=json.dumps([os.path.basename(s.path) for s in shards]))
@@ -171,7 +171,7 @@ def pack(src_path, out_path, force: bool = False) -> str:
     ``--jobs`` run's index are copied out of its part files); returns ``out_path``."""
     out_path = os.fspath(out_path)
     _check_output(out_path, [os.fspath(src_path)], force, what="inputs")
-    with GoldenFile(src_path) as gf:
+    with OutputLock(out_path), GoldenFile(src_path, allow_incomplete=True) as gf:
         root = {k: v for k, v in gf.attrs.items() if k not in ("parts", "complete")}
         root["packed_from"] = os.path.basename(gf.path)
         rows = {r.case_id: r for r in gf.summary()}
@@ -180,13 +180,14 @@ def pack(src_path, out_path, force: bool = False) -> str:
 
 def write_index(out_path, part_paths: list[str], order: list[str], root: dict) -> str:
     """The index file of a ``--jobs`` run: ``root`` attributes, ``parts`` (the part files
-    relative to the index), and each case of ``order`` as an external link into its part."""
+    relative to the index), and each case of ``order`` as an external link into its part
+    (the caller holds the output's lock)."""
     out_path = os.fspath(out_path)
     base = os.path.dirname(os.path.abspath(out_path))
     names = [os.path.relpath(os.path.abspath(p), base) for p in part_paths]
     tmp = part_path(out_path)
     with ExitStack() as stack:
-        parts = [stack.enter_context(GoldenFile(p)) for p in part_paths]
+        parts = [stack.enter_context(GoldenFile(p, allow_incomplete=True)) for p in part_paths]
         where, rows = {}, {}
         for name, part in zip(names, parts):
             if not part.complete:
@@ -196,6 +197,7 @@ def write_index(out_path, part_paths: list[str], order: list[str], root: dict) -
         missing = [c for c in order if c not in where]
         if missing:
             raise GoldenFileError(f"{len(missing)} cases are in no part file, e.g. {missing[0]}", out_path)
+        ensure_space(tmp, sum(len(r.meta) + 512 for r in rows.values()))
         f = create_golden_file(tmp, {**root, "parts": json.dumps(names)})
         try:
             groups = CaseGroups(f)

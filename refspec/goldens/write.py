@@ -2,27 +2,42 @@
 
 Semantics (docs/goldens.md, "Writing, resuming, merging"):
 
+- One writer per output: the writer takes ``<path>.lock`` (``refspec.goldens.atomic.OutputLock``)
+  before it creates, renames or removes anything, and holds it until it is closed; a second
+  writer is refused at once (``GoldenFileLockedError``) and changes nothing.
 - Everything is written to ``<path>.part``; a successful ``close()`` sets the root attribute
   ``complete=True`` and renames the file to ``<path>``. An exception or a killed process leaves
-  only the ``.part`` file, whose ``complete`` is False: never a file that looks complete.
+  only the ``.part`` file, whose ``complete`` is False: never a file that looks complete. A
+  complete ``<path>`` is never opened for writing, renamed or truncated: it is replaced by the
+  rename of a complete new file, or not at all. Files are never truncated: an old ``.part`` is
+  removed and a new one created, so a process reading it keeps what it reads.
 - A case's metadata (its parameters, seed, expected error, regenerate command and the
   description of every array) is written once, in its row of the file's index
   (``refspec.goldens.index``); its group holds its arrays only. A case counts as written
   once its row is in the index (rows are appended at the next flush, at least once a second);
   a case group without a row, left by an interrupted run, is replaced when the case is written
   again on resume.
-- ``resume=True`` continues ``<path>.part`` (or a complete ``<path>``: that file is moved back to
-  ``.part`` only when a new case is actually written); ``has_case`` tells which cases to skip.
+- ``resume=True`` trusts nothing it finds: it reads every case of ``<path>.part`` (or of a
+  complete ``<path>``) and checks each dataset against its checksum and its description
+  (``survey``). A ``.part`` closed cleanly (the root attribute ``writing`` False: Ctrl-C, an
+  exception) whose cases are all sound is continued in place; otherwise (a killed process, a
+  full disk: ``writing`` still True; a damaged case) the sound cases are copied into a new
+  file (``<path>.part.new``, renamed to ``<path>.part`` when done) and the others are written
+  again. A complete ``<path>`` is copied so only when a new case is actually written.
+  ``has_case`` tells which cases to skip. A file HDF5 cannot open at all is started over.
 - An existing ``<path>`` or ``<path>.part`` without ``force``/``resume`` is an error;
   ``force=True`` starts a new ``.part`` and replaces ``<path>`` only when the new file is complete.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
 import os
 import time
 from datetime import datetime, timezone
+from typing import NamedTuple
 
 import h5py
 import numpy as np
@@ -32,15 +47,21 @@ from ..spec.dtypes import dtype_name
 from ..spec.errors import AclnnError
 from ..spec.terms import CLASSES
 from . import index
+from .atomic import OutputLock, ensure_space
 from .cases import CaseData
-from .format import (CASES_GROUP, DEFAULT_COMPRESSION, INDEX_DATASET, LIBVER, SCHEMA_VERSION,
-                     GoldenFileDamagedError, GoldenFileError, GoldenFileExistsError, atomic_replace,
-                     attr_value, case_path, check_case_id, compression_filters,
+from .datasets import Source
+from .format import (CASES_GROUP, CHECKSUMS, DEFAULT_COMPRESSION, INDEX_DATASET, LIBVER,
+                     SCHEMA_VERSION, GoldenFileError, GoldenFileExistsError,
+                     atomic_replace, attr_value, case_path, check_case_id, compression_filters,
                      describe_compression, fsync_path, part_path, to_jsonable)
-from .h5_objects import CaseGroups, DatasetMaker, write_arrays
+from .h5_objects import CaseGroups, DatasetMaker, copy_cases, write_arrays
+from .integrity import verify_case
+from .read import GoldenCase
 
 __all__ = ["GoldenWriter", "SWEEP_ATTRS", "create_golden_file", "check_case", "case_meta",
-           "utc_now"]
+           "utc_now", "survey", "Survey"]
+
+_LOG = logging.getLogger("refspec")
 
 #: root attributes that identify a sweep: resume and merge require them to match
 SWEEP_ATTRS = ("sweep_name", "sweep_definition", "sweep_seed")
@@ -54,8 +75,11 @@ def utc_now() -> str:
 
 
 def create_golden_file(path, root_attrs: dict) -> h5py.File:
-    """A new, empty golden file (root attributes, ``/cases``, an empty index)."""
-    f = h5py.File(path, "w", libver=LIBVER, track_order=True)
+    """A new, empty golden file (root attributes, ``/cases``, an empty index). A file of that
+    name is removed first, never truncated: a process reading it keeps reading it."""
+    if os.path.lexists(path):
+        os.remove(path)
+    f = h5py.File(path, "x", libver=LIBVER, track_order=True)
     try:
         for k, v in root_attrs.items():
             f.attrs[k] = v
@@ -115,6 +139,72 @@ def case_meta(data: CaseData, arrays: dict) -> str:
                       separators=(",", ":"), allow_nan=True)
 
 
+def _write_failed(exc: Exception) -> bool:
+    """Whether HDF5 failed to write to its file (a full disk, an I/O error): HDF5 then cannot
+    flush that file again without failing, or crashing."""
+    return getattr(exc, "errno", None) in (errno.ENOSPC, errno.EIO, errno.EDQUOT) or \
+        "write failed" in str(exc)
+
+
+def _case_bytes(data: CaseData) -> int:
+    """The bytes a case's datasets take as stored (exact values and sums in float64)."""
+    wide = [getattr(v, "size", 0) * 8 for v in (*data.present("exact").values(),
+                                                *data.sums().values())]
+    narrow = [getattr(v, "nbytes", 0) for v in (*data.present("inputs").values(),
+                                                *data.present("expected").values())]
+    return sum(wide) + sum(narrow)
+
+
+class Survey(NamedTuple):
+    """What ``survey`` found in a file: its root ``attrs``, the index ``rows`` of its cases up
+    to the first that is not sound (so cases written again come in the order an uninterrupted
+    run writes them), whether that is every indexed case (``whole``) and whether its writer
+    closed it (``clean``: the root attribute ``writing`` is False)."""
+
+    attrs: dict
+    rows: list
+    whole: bool
+    clean: bool
+
+
+def survey(path) -> Survey | None:
+    """Read a golden file to resume it: every indexed case's datasets are read whole and
+    checked (checksums, descriptions); None when HDF5 cannot open the file or it has none of a
+    golden file's attributes (a process killed before its first flush)."""
+    try:
+        f = h5py.File(path, "r")
+    except OSError:
+        return None
+    try:
+        attrs = {k: attr_value(v) for k, v in f.attrs.items()}
+        if INDEX_DATASET not in f or CASES_GROUP not in f or "sweep_name" not in attrs:
+            return None
+        ids = index.read_ids(f)
+        rows = index.read_rows(f, ids, strict=False)
+        source = Source(os.fspath(path), None, attrs.get("checksums") == CHECKSUMS)
+        sound = []
+        for row in rows:
+            if row is None or not _sound(f, row, source):
+                break
+            sound.append(row)
+        return Survey(attrs, sound, len(sound) == len(ids), attrs.get("writing") is False)
+    except Exception:             # an index HDF5 cannot read: the file is started over
+        return None
+    finally:
+        f.close()
+
+
+def _sound(f: h5py.File, row: index.Row, source: Source) -> bool:
+    """Whether a case of an open file reads back whole, every dataset as its index row says."""
+    try:
+        case = GoldenCase(row.case_id, row.op, json.loads(row.meta),
+                          lambda: f[case_path(row.case_id)], source=source)
+        verify_case(case, rounding=False)
+    except (GoldenFileError, OSError, KeyError, ValueError, RuntimeError):
+        return False
+    return True
+
+
 class GoldenWriter:
     """Write cases into a golden file; see the module docstring for the file semantics.
 
@@ -135,31 +225,41 @@ class GoldenWriter:
             "schema_version": SCHEMA_VERSION, "refspec_version": __version__,
             "numpy_version": np.__version__, "h5py_version": h5py.__version__,
             "hdf5_version": h5py.version.hdf5_version, "created": utc_now(), **self._sweep,
-            "compression": describe_compression(self._maker.filters), **(extra_attrs or {})}
+            "compression": describe_compression(self._maker.filters), "checksums": CHECKSUMS,
+            **(extra_attrs or {})}
         self._file: h5py.File | None = None
-        self._reopen_complete = False     # resume of a complete file: moved to .part on first write
+        self._complete: Survey | None = None   # a complete file resumed: copied on first write
         self._written: list[str] = []
         self._unindexed: list = []        # index rows of written cases, appended at the next flush
         self._flushed = time.monotonic()
         self.cases_written = 0            # cases written by this writer (not counting resumed ones)
         self.bytes_written = 0            # their logical (uncompressed) size in bytes
-        self._open(resume=resume, force=force)
-        self._groups = CaseGroups(self._file, self._written)
-        self._done = set(self._written)
-
-    # --- opening ----------------------------------------------------------------------------
-    def _open(self, resume: bool, force: bool) -> None:
+        self.recovered = ""               # what resuming found damaged and writes again
+        self._healthy = True              # False once HDF5 failed to write (a full disk)
+        self._lock = None
         directory = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(directory):
             raise GoldenFileError(f"cannot write: directory {directory} does not exist", self.path)
         if os.path.isdir(self.path):
             raise GoldenFileError("cannot write: is a directory", self.path)
+        self._lock = OutputLock(self.path).acquire()
+        try:
+            self._open(resume=resume, force=force)
+        except BaseException:
+            self._close_file()
+            self._lock.release()
+            raise
+        self._groups = CaseGroups(self._file, self._written) if self._file else None
+        self._done = set(self._written)
+
+    # --- opening ----------------------------------------------------------------------------
+    def _open(self, resume: bool, force: bool) -> None:
+        if os.path.lexists(self._new_path):          # a copy a killed resume left unfinished
+            os.remove(self._new_path)
         if resume and os.path.exists(self.part_path):
-            self._file = self._open_existing(self.part_path)
-            self._file.attrs["complete"] = False
+            self._resume(self.part_path)
         elif resume and os.path.exists(self.path):
-            self._file = self._open_existing(self.path, mode="r")
-            self._reopen_complete = True
+            self._resume(self.path)
         elif not force and os.path.exists(self.path):
             raise GoldenFileExistsError("output exists; use --force to replace it or --resume to "
                                         "continue it", self.path)
@@ -168,32 +268,64 @@ class GoldenWriter:
                                         "interrupted run); use --resume to continue it or --force "
                                         "to start over", self.path)
         else:
-            try:
-                self._file = create_golden_file(self.part_path, self._root_attrs)
-            except OSError as exc:
-                raise GoldenFileError(f"cannot create {self.part_path}: {exc}", self.path) from None
+            self._start(self._root_attrs)
 
-    def _open_existing(self, path: str, mode: str = "r+") -> h5py.File:
+    @property
+    def _new_path(self) -> str:
+        return self.part_path + ".new"
+
+    def _start(self, root_attrs: dict, path: str | None = None) -> None:
+        """A new, empty file at ``path`` (the ``.part``), open for writing."""
+        path = path or self.part_path
+        ensure_space(path, 0)
         try:
-            f = h5py.File(path, mode)
+            self._file = create_golden_file(path, root_attrs)
+            self._file.attrs["writing"] = True
+            self._file.flush()
         except OSError as exc:
-            raise GoldenFileDamagedError(f"cannot resume: not a readable HDF5 file ({exc}); use "
-                                         "--force to start over", path) from None
-        try:
-            self._check_resumable(f, path)
-            self._load_index(f, repair=(mode == "r+"))
-        except BaseException:
-            f.close()
-            raise
-        return f
+            self._close_file()
+            raise GoldenFileError(f"cannot create {path}: {exc}", self.path) from None
 
-    def _check_resumable(self, f: h5py.File, path: str) -> None:
-        found = {k: attr_value(f.attrs.get(k))
-                 for k in ("schema_version", "refspec_version", *SWEEP_ATTRS)}
-        if all(v is None for v in found.values()):
-            raise GoldenFileDamagedError("cannot resume: the file has none of a golden file's "
-                                         "attributes (stopped before its first flush?); use "
-                                         "--force to start over", path)
+    def _resume(self, path: str) -> None:
+        """Continue ``path`` (the ``.part`` or the complete file), checked case by case."""
+        found = survey(path)
+        if found is None:
+            self.recovered = f"{path} cannot be read; every case is written again"
+            _LOG.warning(self.recovered)
+            self._start(self._root_attrs)
+            return
+        self._check_resumable(found.attrs, path)
+        self._written = [r.case_id for r in found.rows]
+        if not found.whole:
+            self.recovered = (f"{path}: {len(found.rows)} cases are sound; the others are "
+                              "written again")
+            _LOG.warning(self.recovered)
+        if path == self.path:
+            self._complete = found                   # copied to .part on the first new case
+        elif found.clean and found.whole:
+            self._file = h5py.File(path, "r+")
+            self._file.attrs["writing"] = True
+            self._file.flush()
+        else:                                         # never written to again: copied
+            self._copy_of(path, found)
+
+    def _copy_of(self, path: str, found: Survey) -> None:
+        """The sound cases of ``path`` copied into a new ``.part``, open for writing; ``path``
+        is left as it is until the copy is complete."""
+        root = {k: v for k, v in found.attrs.items() if k not in ("complete", "writing")}
+        ensure_space(self._new_path, sum(r.stored_bytes for r in found.rows))
+        self._start(root, self._new_path)
+        with h5py.File(path, "r") as src:
+            copy_cases(self._file, [(src[case_path(r.case_id)], r.case_id) for r in found.rows])
+        index.append(self._file, found.rows)
+        self._file.flush()
+        self._file.close()
+        self._file = None
+        atomic_replace(self._new_path, self.part_path)
+        self._file = h5py.File(self.part_path, "r+")
+
+    def _check_resumable(self, attrs: dict, path: str) -> None:
+        found = {k: attrs.get(k) for k in ("schema_version", "refspec_version", *SWEEP_ATTRS)}
         if found["schema_version"] != SCHEMA_VERSION:
             raise GoldenFileError(f"cannot resume: schema_version {found['schema_version']} "
                                   f"is not {SCHEMA_VERSION}; use --force to start over", path)
@@ -206,29 +338,12 @@ class GoldenWriter:
                                       f"({key} differs: {found[key]!r:.60} vs "
                                       f"{self._sweep[key]!r:.60}); use --force to start over",
                                       path)
-        if INDEX_DATASET not in f or CASES_GROUP not in f:
-            raise GoldenFileError("cannot resume: not a refspec golden file (no /index or "
-                                  "/cases); use --force to start over", path)
-
-    def _load_index(self, f: h5py.File, repair: bool) -> None:
-        """The cases of the index whose groups exist (an index repaired when some were lost)."""
-        ids = index.read_ids(f)
-        rows = index.read_rows(f, ids)
-        kept = [r for c, r in zip(ids, rows) if r is not None and case_path(c) in f]
-        if repair and len(kept) != len(ids):
-            index.rewrite(f, kept)
-        self._written = [r.case_id for r in kept]
 
     def _make_writable(self) -> None:
-        if self._reopen_complete:
-            self._file.close()
-            self._file = None
-            os.replace(self.path, self.part_path)
-            self._file = h5py.File(self.part_path, "r+")
-            self._groups.reopen(self._file)
-            self._file.attrs["complete"] = False
-            self._file.flush()
-            self._reopen_complete = False
+        if self._complete is not None:
+            found, self._complete = self._complete, None
+            self._copy_of(self.path, found)
+            self._groups = CaseGroups(self._file, self._written)
 
     # --- writing ----------------------------------------------------------------------------
     def has_case(self, case_id: str) -> bool:
@@ -242,25 +357,19 @@ class GoldenWriter:
     def write_case(self, data: CaseData) -> None:
         """Write one case (schema 2, docs/goldens.md): its arrays in its group, everything else
         in its index row. A negative case (``data.error`` set) has inputs only."""
-        if self._file is None:
+        if self._file is None and self._complete is None:
             raise GoldenFileError("the writer is closed", self.path)
         case_id = check_case_id(data.case_id)
         if case_id in self._done:
             raise ValueError(f"case {case_id!r} is already written")
         check_case(data)
-        self._make_writable()
-        g = self._groups.case(case_id)
-        groups = [("inputs", data.present("inputs"), False)]
-        if data.error is None:
-            groups += [("expected", data.present("expected"), False),
-                       ("exact", data.present("exact"), True), ("sum_abs", data.sums(), True)]
-        nbytes = stored = 0
-        arrays = {}
-        for sub, values, wide in groups:
-            n, s, described = write_arrays(g, sub, values, self._maker, wide)
-            nbytes, stored = nbytes + n, stored + s
-            if described:
-                arrays[sub] = described
+        ensure_space(self.part_path, 2 * _case_bytes(data))
+        try:
+            self._make_writable()
+            nbytes, stored, arrays = self._write_arrays(case_id, data)
+        except (OSError, RuntimeError) as exc:
+            self._healthy = not _write_failed(exc)  # HDF5 could not write: no flush again
+            raise
         params = data.params
         inputs = data.present("inputs")
         dtype = params.get("dtype") or next((dtype_name(np.asarray(v).dtype)
@@ -276,13 +385,33 @@ class GoldenWriter:
         if time.monotonic() - self._flushed >= FLUSH_SECONDS:
             self.flush()
 
+    def _write_arrays(self, case_id: str, data: CaseData) -> tuple:
+        """The case's group and datasets; (logical bytes, stored bytes, their descriptions)."""
+        g = self._groups.case(case_id)
+        groups = [("inputs", data.present("inputs"), False)]
+        if data.error is None:
+            groups += [("expected", data.present("expected"), False),
+                       ("exact", data.present("exact"), True), ("sum_abs", data.sums(), True)]
+        nbytes = stored = 0
+        arrays = {}
+        for sub, values, wide in groups:
+            n, s, described = write_arrays(g, sub, values, self._maker, wide)
+            nbytes, stored = nbytes + n, stored + s
+            if described:
+                arrays[sub] = described
+        return nbytes, stored, arrays
+
     # --- closing ----------------------------------------------------------------------------
     def flush(self) -> None:
         """Write everything so far to the disk (done at least every ``FLUSH_SECONDS`` while
         cases are written, and on closing)."""
-        if self._file is not None and self._file.mode != "r":
-            self._index_written(self._file)
-            self._file.flush()
+        if self._file is not None:
+            try:
+                self._index_written(self._file)
+                self._file.flush()
+            except (OSError, RuntimeError) as exc:
+                self._healthy = not _write_failed(exc)
+                raise
         self._flushed = time.monotonic()
 
     def _index_written(self, f: h5py.File) -> None:
@@ -292,44 +421,64 @@ class GoldenWriter:
 
     def close(self) -> str:
         """Mark the file complete and rename it to its final name; returns that path."""
-        if self._file is None:
-            return self.path
-        if self._reopen_complete:       # resumed a complete file and wrote nothing new
-            self._file.close()
-            self._file = None
-            return self.path
-        self._index_written(self._file)
-        f, self._file = self._file, None
         try:
-            f.attrs["complete"] = True
-            f.flush()
+            if self._file is not None:
+                self._index_written(self._file)
+                self._file.flush()                  # everything, before it is marked complete
+                f, self._file = self._file, None
+                try:
+                    f.attrs["complete"] = True
+                    f.attrs["writing"] = False
+                    f.flush()
+                finally:
+                    f.close()
+                atomic_replace(self.part_path, self.path)
         finally:
-            f.close()
-        atomic_replace(self.part_path, self.path)
+            self._close_file()
+            self._release()
         return self.path
 
     def abort(self) -> None:
-        """Close without completing: the ``.part`` file stays for a later resume."""
-        if self._file is None:
-            return
-        f, self._file = self._file, None
+        """Close without completing: the ``.part`` file stays for a later resume (marked
+        ``writing`` False only when everything reached the disk)."""
         try:
-            if f.mode != "r":
-                self._index_written(f)
-                f.flush()
+            if self._file is not None and self._healthy:
+                try:
+                    self._index_written(self._file)
+                    self._file.flush()
+                    self._file.attrs["writing"] = False
+                    self._file.flush()
+                except Exception:          # the file stays marked as being written
+                    self._healthy = False
+            if self._file is not None:
+                self._close_file()
+                fsync_path(self.part_path)
         finally:
-            f.close()
-        if not self._reopen_complete:
-            fsync_path(self.part_path)
+            self._close_file()
+            self._release()
 
     def discard(self) -> None:
         """Close without completing and remove this run's ``.part`` file: nothing is kept
         (for a run that cannot be resumed, such as one made from the user's own inputs)."""
-        if self._file is not None:
-            f, self._file = self._file, None
-            f.close()
-        if os.path.exists(self.part_path):
-            os.remove(self.part_path)
+        try:
+            self._close_file()
+            if self._complete is None and os.path.exists(self.part_path):
+                os.remove(self.part_path)
+        finally:
+            self._release()
+
+    def _close_file(self) -> None:
+        f, self._file = self._file, None
+        if f is not None:
+            try:
+                f.close()
+            except Exception:              # what could not be written is lost; nothing else
+                pass
+
+    def _release(self) -> None:
+        self._complete = None
+        if self._lock is not None:
+            self._lock.release()
 
     def __enter__(self):
         return self

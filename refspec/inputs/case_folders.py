@@ -12,6 +12,8 @@ needs them from a ``files`` entry (``name``, ``shape``, ``dtype``) or the top-le
 What ``refspec export`` writes besides (``parameters``, ``case_id``, ``seed``,
 ``distribution``, ``expected_error``, ``regenerate``, each file's ``byte_size`` and ``sha256``)
 is kept or checked, so an exported folder gives back the case it came from, bit for bit.
+Every file is read only from inside its folder: a symbolic link that leads elsewhere is refused
+(``refspec.goldens.format.inside``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from .. import ops
 from ..ops.record import Call
 from ..spec.errors import one_line
 from ..goldens.case_files import CASE_JSON, EXPORT_SCHEMA
+from ..goldens.format import OutsideError, inside
 from .tensor_files import (TensorFileError, bin_spec, npy_spec, read_tensor, sha256_of,
                            tensor_dtype)
 from .user_cases import UNSTATED, InputError, UserCase, attribute_value
@@ -65,7 +68,7 @@ class _Folder:
 
     def __init__(self, folder: str):
         self.folder = folder
-        path = os.path.join(folder, CASE_JSON)
+        path = self.path_of(CASE_JSON)
         try:
             with open(path, encoding="utf-8") as fh:
                 doc = json.load(fh)
@@ -83,6 +86,15 @@ class _Folder:
 
     def fail(self, what: str, file: str = CASE_JSON):
         raise InputError(f"{self.folder}: {file}: {what}")
+
+    def path_of(self, name: str) -> str:
+        """The file ``name`` of the folder, which must lie inside it once symbolic links are
+        resolved (InputError otherwise)."""
+        try:
+            inside(self.folder, name)
+        except OutsideError as exc:
+            self.fail(f"refused: {exc}", name)
+        return os.path.join(self.folder, name)
 
     # --- case.json pieces ---------------------------------------------------------------------
     def operator(self) -> ops.Operator:
@@ -188,7 +200,7 @@ class _Folder:
             self.fail(f"{where}: {exc}")
 
     def tensor_file(self, name: str, entry: dict | None):
-        path = os.path.join(self.folder, name)
+        path = self.path_of(name)
         entry = entry or {}
         where = f"files entry {name!r}"
         dtype = self._dtype(entry.get("dtype"), where)

@@ -28,7 +28,9 @@ PyTorch saves each tensor with ``torch.save`` (``.pt``, bfloat16 kept), MindSpor
 ``.npy`` may also hold bfloat16 as uint16 bits or 2-byte voids.
 
 ``.npy`` files are read with ``allow_pickle=False``; ``.pt`` files only when PyTorch is
-installed, with ``torch.load(weights_only=True)``. Every problem is a ``DumpError`` of one
+installed, with ``torch.load(weights_only=True)``. A dump.json or a ``data_name`` that leads
+outside the dump path given (``..`` parts, an absolute path, a symbolic link) is refused
+(``refspec.goldens.format.inside``). Every problem is a ``DumpError`` of one
 line naming the dump.json, the record and the file.
 """
 
@@ -44,7 +46,7 @@ import numpy as np
 
 from ..spec.dtypes import bfloat16, dtype_name
 from ..spec.errors import one_line
-from ..goldens.format import bits_to_bfloat16
+from ..goldens.format import OutsideError, bits_to_bfloat16, inside
 from .tensor_files import TensorFile, TensorFileError, read_npy_header, real_dtype_of
 
 __all__ = ["DumpError", "Dump", "DumpTensor", "STAGES", "FIELDS", "parse_dtype", "step_rank",
@@ -174,6 +176,11 @@ class DumpTensor:
         self.data_name = str(name) if name else None
         self.path = None if self.data_name is None else os.path.join(self.dump.data_dir,
                                                                      self.data_name)
+        if self.path is not None:
+            try:
+                inside(self.dump.root, os.path.relpath(self.path, self.dump.root))
+            except OutsideError as exc:
+                self._fail(f"data_name {self.data_name!r}: refused: {exc}")
 
     @property
     def label(self) -> str:
@@ -315,6 +322,11 @@ class Dump:
         self.dir = os.path.dirname(self.path)
         self.data_dir = os.path.join(self.dir, "dump_tensor_data")
         root = self.dir if root is None else os.fspath(root)
+        self.root = root
+        try:
+            inside(root, os.path.relpath(self.path, root))
+        except OutsideError as exc:
+            raise DumpError(f"{self.path}: refused: {exc}") from None
         rel = os.path.relpath(self.dir, root)
         self.label = "." if rel == os.curdir else rel.replace(os.sep, "/")
         self.step, self.rank = step_rank(self.path)

@@ -24,6 +24,7 @@ import os
 import shlex
 
 from .. import ops
+from ..goldens.format import OutsideError, inside
 from ..spec.dtypes import resolve_dtype
 from .tensor_files import TensorFileError, bin_spec, read_tensor
 from .user_cases import InputError, UserCase
@@ -86,7 +87,11 @@ def describe_vendor_ut(folder, args, soc: str | None = "A2") -> UserCase:
                   shlex.split(args) if isinstance(args, str) else args))}
     specs = {}
     for name, plan in op.generation.plan(params).items():
-        path = os.path.join(folder, op.tensor_file(name))
+        try:
+            path = os.path.join(folder, op.tensor_file(name))
+            inside(folder, op.tensor_file(name))
+        except OutsideError as exc:
+            raise InputError(f"{folder}: {op.tensor_file(name)}: refused: {exc}") from None
         if not os.path.isfile(path):
             raise InputError(f"{folder}: {op.tensor_file(name)}: missing; gen_data.py writes it and "
                              f"these arguments need it ({plan.shape} {resolve_dtype(plan.dtype)})")

@@ -97,5 +97,6 @@ def test_a_full_disk_is_one_line_naming_the_file(monkeypatch, capsys, error):
         main(["generate", "-o", "g.h5"], prog_name="refspec")
     assert exit_.value.code == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert lines == ["refspec: error: /data/g.h5.part: no space left on the device; free some, "
-                     "or write a smaller selection (--tier, --op, --shard K/N)"]
+    assert lines == ["refspec: error: /data/g.h5.part: no space left on the device; free some "
+                     "and run the same command with --resume to continue (the cases written so "
+                     "far are kept), or write a smaller selection (--tier, --op, --shard K/N)"]

@@ -142,7 +142,10 @@ def test_show_and_pack_of_a_jobs_run_and_merge_allow_partial(tmp_path):
     assert_user_error(run("merge", tmp_path / "m.h5", shard1), "missing shard 2/2", "--allow-partial")
     res = run("merge", tmp_path / "m.h5", shard1, "--allow-partial")
     assert res.exit_code == 0 and "PARTIAL: missing shard 2/2" in res.stderr
-    assert "complete:          NO (partial: missing shard 2/2)" in run("show", tmp_path / "m.h5").output
+    assert_user_error(run("show", tmp_path / "m.h5"), "m.h5: incomplete: a partial merge "
+                      "(missing shard 2/2)", "--allow-incomplete")
+    assert "complete:          NO (partial: missing shard 2/2)" in run(
+        "show", tmp_path / "m.h5", "--allow-incomplete").output
 
 
 def test_show_of_an_unknown_case_says_how_to_list_the_ids(golden):
@@ -167,8 +170,8 @@ def test_a_missing_file_names_what_an_interrupted_run_left_beside_it(golden, tmp
     part = tmp_path / "x.h5.part"
     part.write_bytes(open(golden, "rb").read())
     assert_user_error(run("show", out), "x.h5: no such file", f"{part} beside it",
-                      f"`refspec show {part}`", "--resume")
-    assert run("show", part).exit_code == 0
+                      f"`refspec show --allow-incomplete {part}`", "--resume")
+    assert run("show", "--allow-incomplete", part).exit_code == 0
     part.unlink()
     (tmp_path / "x.h5.parts").mkdir()
     assert_user_error(run("show", out), "x.h5: no such file", f"x.h5.parts{os.sep} beside it",

@@ -156,3 +156,46 @@ def test_selection_by_pattern_and_unknown_ids(golden, tmp_path):
     afile.write_text("")
     with pytest.raises(ExportError, match="not a directory"):
         export(path, afile)
+
+
+def test_force_removes_what_an_earlier_export_and_run_left_and_refuses_without_it(golden, tmp_path):
+    """A kernel's outputs and status.json of an earlier run are never judged against new
+    goldens: --force removes them (and the other format's files and stale temporaries); without
+    --force their presence alone refuses the export, naming them."""
+    path, _, _ = golden
+    export(path, tmp_path, [ROPE_ID], fmt="npy")
+    d = os.path.join(tmp_path, *ROPE_ID.split("/"))
+    left = {"dx.bin": b"old output", "dcos.npy": b"old", "status.json": b'{"code": 0}',
+            ".dy.bin.4242.tmp": b"half"}
+    for name, data in left.items():
+        with open(os.path.join(d, name), "wb") as fh:
+            fh.write(data)
+    with pytest.raises(ExportError, match="exists.*--force.*status.json"):
+        export(path, tmp_path, [ROPE_ID])
+    export(path, tmp_path, [ROPE_ID], force=True)
+    names = sorted(os.listdir(d))
+    assert not set(left) & set(names) and not [n for n in names if n.endswith(".npy")], names
+    assert "golden_dx.bin" in names and "case.json" in names
+    fresh = tmp_path / "fresh"
+    os.makedirs(fresh / os.path.dirname(ROPE_ID.replace("/", os.sep)), exist_ok=True)
+    os.makedirs(os.path.join(fresh, *ROPE_ID.split("/")))
+    with open(os.path.join(fresh, *ROPE_ID.split("/"), "status.json"), "w") as fh:
+        fh.write('{"code": 0}')
+    with pytest.raises(ExportError, match="status.json exists"):
+        export(path, fresh, [ROPE_ID])
+
+
+def test_export_trusts_the_data_not_the_index(golden, tmp_path):
+    """An index that says more than the data holds is refused, naming case and dataset."""
+    import shutil
+    import h5py
+    from hostile_goldens import _describe
+    path, _, _ = golden
+    bad = tmp_path / "bad.h5"
+    shutil.copyfile(path, bad)
+    with h5py.File(bad, "r+") as f:
+        shape = list(f[f"cases/{ROPE_ID}/inputs/dy"].shape)
+        _describe(f, ROPE_ID, "inputs", "dy", shape=[2 * shape[0]] + shape[1:])
+    with pytest.raises(goldens.CorruptGoldenError, match=f"case {ROPE_ID}: inputs/dy: has shape"):
+        export(bad, tmp_path / "out", [ROPE_ID])
+    assert not os.path.exists(os.path.join(tmp_path, "out", *ROPE_ID.split("/"), "dy.bin"))

@@ -104,7 +104,9 @@ def test_merge_names_missing_shards_and_allow_partial_marks_the_file(tmp_path):
         goldens.merge(tmp_path / "out.h5", [parts[0], parts[2]])
     assert not (tmp_path / "out.h5").exists()
     out = goldens.merge(tmp_path / "out.h5", [parts[0], parts[2]], allow_partial=True)
-    with goldens.open(out) as gf:
+    with pytest.raises(goldens.IncompleteGoldenError, match="partial merge.*allow_incomplete"):
+        goldens.open(out)
+    with goldens.open(out, allow_incomplete=True) as gf:
         assert not gf.complete and gf.attrs["partial"] == "missing shards 2/4, 4/4"
         assert gf.case_ids() == [IDS[0], IDS[2]]
 
@@ -133,6 +135,6 @@ def test_merge_of_an_interrupted_shard_needs_allow_partial(tmp_path):
     with pytest.raises(goldens.GoldenFileError, match="incomplete"):
         goldens.merge(tmp_path / "out.h5", [first, tmp_path / "i2.h5.part"])
     out = goldens.merge(tmp_path / "out.h5", [first, tmp_path / "i2.h5.part"], allow_partial=True)
-    with goldens.open(out) as gf:
+    with goldens.open(out, allow_incomplete=True) as gf:
         assert not gf.complete and "incomplete" in gf.attrs["partial"]
         assert gf.case_ids() == [IDS[0], IDS[1], IDS[2]]

@@ -142,7 +142,7 @@ def test_ctrl_c_of_the_process_group_then_resume(sweep_file, whole, tmp_path):
     written = 0                                          # what the parts kept
     for name in os.listdir(parts_dir(out)):
         if name.startswith("part-"):
-            with goldens.open(os.path.join(parts_dir(out), name)) as part:
+            with goldens.open(os.path.join(parts_dir(out), name), allow_incomplete=True) as part:
                 written += len(part.case_ids())
     resumed = subprocess.run([sys.executable, "-m", "refspec", *map(str, args), "--resume"],
                              capture_output=True, text=True, cwd=tmp_path)
@@ -228,8 +228,8 @@ def test_a_part_file_too_damaged_to_read_is_written_again_on_resume(sweep, whole
     summary = generate(sweep, cases, out, jobs=2, resume=True)
     assert summary.cases == len(cases)
     assert file_content(out) == whole
-    one = tmp_path / "one.h5"                                   # in one process the user decides
+    one = tmp_path / "one.h5"                                   # in one process alike
     with open(goldens.part_path(one), "wb") as fh:
         fh.write(b"\x89HDF\r\n\x1a\n" + bytes(40))
-    with pytest.raises(goldens.GoldenFileDamagedError, match="not a readable HDF5 file.*--force"):
-        generate(sweep, cases, one, jobs=1, resume=True)
+    assert generate(sweep, cases, one, jobs=1, resume=True).cases == len(cases)
+    assert file_content(one) == whole
