@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import io
 import re
+from html import escape
 
 import numpy as np
 import pytest
@@ -64,14 +65,50 @@ def _heatmap_png(report):
     return imgs[0]
 
 
+def _marks(svg):
+    """The failing-cell marks of a heat map: (row, col, cx, cy, rx, ry, stroke width), and the
+    map's cell size in the picture's units."""
+    img = re.search(r"<image class='map' data-rows='(\d+)' data-cols='(\d+)' x='(\d+)' "
+                    r"y='(\d+)' width='(\d+)' height='(\d+)'", svg)
+    rows, cols, x0, y0, w, h = map(int, img.groups())
+    marks = [tuple(float(v) for v in m) for m in re.findall(
+        r"<ellipse class='mark' data-row='(\d+)' data-col='(\d+)' cx='([\d.]+)' cy='([\d.]+)' "
+        r"rx='([\d.]+)' ry='([\d.]+)' fill='none' stroke='[^']+' stroke-width='([\d.]+)'", svg)]
+    return marks, (x0, y0, w / cols, h / rows)
+
+
 def test_isolated_failure_stands_out_on_the_heat_map(report):
     import matplotlib.image as mpimg
     img = mpimg.imread(io.BytesIO(base64.b64decode(_heatmap_png(report))), format="png")
     rgb = img[..., :3]
     red = (rgb[..., 0] > 0.8) & (rgb[..., 1] < 0.15) & (rgb[..., 2] < 0.15)
-    # the failing cell (5 x 30 pixels of a 64 x 16 map) and the ring drawn around it
+    # the failing cell: 5 x 30 pixels of a 64 x 16 map
     ys, xs = np.nonzero(red)
-    assert np.ptp(ys) >= 30 and np.ptp(xs) >= 30, (np.ptp(ys), np.ptp(xs))
+    assert (np.ptp(ys) + 1, np.ptp(xs) + 1) == (5, 30), (np.ptp(ys), np.ptp(xs))
+    # and the ring drawn around it, wider than the cell is high: it stands out
+    html = render_html(report)
+    svg = html[html.index("<svg"):html.index("</svg>")]
+    marks, (x0, y0, cw, ch) = _marks(svg)
+    assert len(marks) == 1
+    row, col, cx, cy, rx, ry, _ = marks[0]
+    assert (row, col) == (FLIP[2], FLIP[3])
+    assert rx >= 15 and ry >= 15
+    assert cx - rx < x0 + col * cw and cx + rx > x0 + (col + 1) * cw
+    assert cy - ry < y0 + row * ch and cy + ry > y0 + (row + 1) * ch
+
+
+@pytest.mark.parametrize("shape", [(4, 8), (2, 3), (12, 20)])
+def test_marks_of_a_small_map_stay_in_their_cells(shape):
+    """Cells of a small map are large: each failing cell's mark (stroke included) lies inside
+    it and covers no neighbour."""
+    heat = np.full(shape, 0.5)
+    heat[1::2, ::3] = 5.0
+    marks, (x0, y0, cw, ch) = _marks(heatmap_svg(heat, "dx", "S", "D"))
+    assert len(marks) == int((heat > 1).sum())
+    for row, col, cx, cy, rx, ry, stroke in marks:
+        assert heat[int(row), int(col)] > 1
+        assert x0 + col * cw <= cx - rx - stroke / 2 and cx + rx + stroke / 2 <= x0 + (col + 1) * cw
+        assert y0 + row * ch <= cy - ry - stroke / 2 and cy + ry + stroke / 2 <= y0 + (row + 1) * ch
 
 
 def test_heat_map_ticks_are_integers():
@@ -83,6 +120,20 @@ def test_heat_map_ticks_are_integers():
     ticks = re.findall(r"<text[^>]*class='tick'[^>]*>([^<]*)</text>", svg)
     assert sorted(ticks) == sorted(["0", "1", "2"] + ["0", "1", "2", "3", "4"]), ticks
     assert "(1 failing cells)" in svg
+
+
+def test_table_of_failures_gives_each_first_finding(report):
+    """Every failing output with a diagnosis has its first finding in the row under it, in the
+    table at the top; the section below lists all of them."""
+    html = render_html(report)
+    table = html[html.index("<h2>Not passed"):html.index("</table>")]
+    diagnosed = [r for r in report.ordered() if r.status != "pass" and r.diagnosis]
+    assert diagnosed
+    for r in diagnosed:
+        f = r.diagnosis[0]
+        row = table[table.index(f"href='#r{id(r)}'"):]
+        more = row[row.index("<tr class='more'>"):row.index("</tr>", row.index("<tr class='more'>"))]
+        assert f"diagnosis: <b>{f.kind}</b>: {escape(f.summary)}" in more, more
 
 
 def test_worst_list_marks_failing_elements(report):
