@@ -12,14 +12,17 @@ import base64
 import io
 import re
 from html import escape
+from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
 import refspec
 import refspec.goldens as goldens
+from refspec.cli import main
 from refspec.comparator import compare
-from refspec.comparator.reports.pictures import heatmap_svg, integer_ticks
+from refspec.comparator.reports.pictures import MARK_CELL, heatmap_svg, integer_ticks
 from refspec.comparator.reports.render_html import render_html
 from refspec.goldens.cases import CaseData
 from refspec.goldens.example import rope_grad_case
@@ -183,5 +186,105 @@ def test_html_in_a_browser(report, tmp_path, viewport):
             assert box["x"] + box["width"] <= viewport
             element = mark.locator("xpath=..").inner_text()
             assert "b=1, n=3, s=37, d=5" in element
+        finally:
+            browser.close()
+
+
+# --- the report read from the top, in the browser ------------------------------------------------
+
+IMPLS = Path(__file__).resolve().parents[1] / "impls"
+
+
+@pytest.fixture(scope="module")
+def reading_reports(tmp_path_factory):
+    """The reports a reader meets first: the smoke cases of RotaryPositionEmbeddingGrad (4 x 8
+    heat maps) judged for a kernel that lost a minus (failures of thousands of ulps, each
+    diagnosed) and for a right float32 kernel held to rtol = atol = 0 (failures of an ulp or
+    two: histograms of few bins); and one large failing output (2 x 4 x 128 x 128 float32,
+    errors of up to 1e7 ulps and more)."""
+    from refspec.comparator.sources.implementation import Implementation
+    d = tmp_path_factory.mktemp("reading")
+    smoke = d / "smoke.h5"
+    result = CliRunner().invoke(main, ["generate", "-o", str(smoke), "--op", "rope_grad"])
+    assert result.exit_code == 0, result.output
+    kernels = IMPLS / "numpy_float32.py"
+    reports = {
+        "lost_minus": compare(str(smoke), Implementation(f"{kernels}:LOST_MINUS", repeat=0),
+                              heatmaps=True),
+        "exact": compare(str(smoke), Implementation(f"{kernels}:EVERY", repeat=0), heatmaps=True,
+                         rtol=0.0, atol=0.0)}
+    big, cid = d / "big.h5", "rope_grad/large/B2N4S128D128"
+    with goldens.GoldenWriter(big, sweep_name="t", sweep_definition="", sweep_seed=0) as w:
+        w.write_case(rope_grad_case(shape=(2, 4, 128, 128), dtype="float32", seed=5, case_id=cid))
+    with goldens.open(big) as gf:
+        case = gf[cid]
+        arrays = {n: case.expected[n][()].copy() for n in case.output_names}
+    noise = np.random.default_rng(5).standard_normal(arrays["dx"].shape).astype(np.float32)
+    arrays["dx"] = arrays["dx"] * (1 + noise / 2)
+    reports["large"] = compare(str(big), {cid: arrays}, heatmaps=True, fast=False)
+    for name, r in reports.items():
+        assert r.failures, f"{name}: nothing failed"
+    return reports
+
+
+@needs_chromium
+@pytest.mark.slow
+@pytest.mark.parametrize("viewport", [1280, 1400])
+@pytest.mark.parametrize("which", ["lost_minus", "exact", "large"])
+def test_report_read_from_the_top(reading_reports, tmp_path, viewport, which):
+    """In Chromium: the first table shows every failing output's first finding under its row;
+    every mark of a failing cell lies inside its cell when the cells can hold it (the 4 x 8
+    maps); no text of a picture is cut by the picture's edge and no picture reaches past the
+    window."""
+    from playwright.sync_api import sync_playwright
+    report = reading_reports[which]
+    path = tmp_path / "r.html"
+    path.write_text(render_html(report))
+    expected = {f"r{id(r)}": f"diagnosis: {r.diagnosis[0].line()}"
+                for r in report.ordered() if r.status != "pass" and r.diagnosis}
+    assert expected or which == "large"
+    with sync_playwright() as p:
+        browser = launch(p)
+        try:
+            page = browser.new_page(viewport={"width": viewport, "height": 900})
+            page.goto(path.as_uri())
+            first = page.locator("h2", has_text="Not passed").locator(
+                "xpath=following-sibling::table[1]")
+            shown = page.evaluate("""t => Object.fromEntries([...t.querySelectorAll('tr.fail')]
+                .map(r => [r.querySelector('a').getAttribute('href').slice(1),
+                           r.nextElementSibling.classList.contains('more')
+                           ? r.nextElementSibling.innerText : '']))""", first.element_handle())
+            for rid, line in expected.items():
+                assert line in shown[rid].replace("\n", " "), (line, shown[rid])
+            marks = page.evaluate("""() => [...document.querySelectorAll('svg.pic')]
+              .filter(s => s.querySelector('image.map'))
+              .flatMap(s => { const m = s.querySelector('image.map'), b = m.getBoundingClientRect();
+                const ch = b.height / +m.dataset.rows, cw = b.width / +m.dataset.cols;
+                const k = b.width / m.width.baseVal.value;
+                return [...s.querySelectorAll('ellipse.mark')].map(e => {
+                  const r = e.getBoundingClientRect(), h = k * e.getAttribute('stroke-width') / 2;
+                  return {cell: [b.left + e.dataset.col * cw, b.top + e.dataset.row * ch, cw, ch, k],
+                          mark: [r.left - h, r.top - h, r.right + h, r.bottom + h]}; }); })""")
+            inside = 0
+            for m in marks:
+                x, y, cw, ch, k = m["cell"]
+                if min(cw, ch) / k < MARK_CELL:           # cells too small to hold a mark
+                    continue
+                x0, y0, x1, y1 = m["mark"]
+                assert x - 0.5 <= x0 and x1 <= x + cw + 0.5 and y - 0.5 <= y0 and \
+                    y1 <= y + ch + 0.5, m
+                inside += 1
+            assert inside or which == "large", "no mark on the small maps"
+            cut = page.evaluate("""() => [...document.querySelectorAll('svg.pic')].flatMap(s => {
+                const b = s.getBoundingClientRect();
+                return [...s.querySelectorAll('text')].map(t => [t, t.getBoundingClientRect()])
+                  .filter(([t, r]) => r.left < b.left - 0.5 || r.right > b.right + 0.5 ||
+                                      r.top < b.top - 0.5 || r.bottom > b.bottom + 0.5)
+                  .map(([t, r]) => [t.textContent, r.right - b.right, b.left - r.left]); })""")
+            assert not cut, cut
+            wide = page.evaluate("""w => [...document.querySelectorAll('svg.pic')]
+                .filter(s => s.getBoundingClientRect().right > w).length""", viewport)
+            assert wide == 0
+            assert page.evaluate("document.documentElement.scrollWidth") <= viewport
         finally:
             browser.close()
