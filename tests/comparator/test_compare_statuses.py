@@ -124,6 +124,24 @@ def test_status_file_that_cannot_be_read(golden, exported):
     assert row.status == "unreadable" and "integer" in row.reason
 
 
+@pytest.mark.parametrize("text, what", [(b"", "empty"), (b"  \n", "empty"),
+                                        (b"{code: 0}", "not JSON (Expecting property name "
+                                                      "enclosed in double quotes at line 1, "
+                                                      "column 2)"),
+                                        (b"\xff\xfe", "not UTF-8 text")])
+def test_an_empty_or_broken_status_file_says_what_was_expected(golden, exported, text, what):
+    """An empty status.json (a harness that died before writing it) or one that is not JSON:
+    the reason says what is wrong with the file and what it should hold, not the JSON
+    parser's bare message."""
+    path = exported.joinpath(*NEG.split("/"), "status.json")
+    path.write_bytes(text)
+    row = next(r for r in compare(golden, str(exported)).results if r.case_id == NEG)
+    assert row.status == "unreadable"
+    assert row.reason.startswith(f"{path}: {what}; expected {{\"code\": <integer>}} (0 when "
+                                 "the kernel accepted the input"), row.reason
+    assert "char 0" not in row.reason
+
+
 def test_a_bad_status_file_does_not_hide_the_outputs(golden, exported):
     """A status.json that cannot be read is reported, and the case's outputs are judged all the
     same: a wrong output shows now, not after the status file is fixed."""
