@@ -138,6 +138,7 @@ def compare_with(golden, actual, options: CompareOptions, progress=None) -> Repo
                     saturation=options.saturation, only_present=options.only_present)
     try:
         _judge_cases(case_iter, n_cases, source, statuses, options, report, progress)
+        report.notes += [n for n in source.notes() if n not in report.notes]
     finally:
         close()
         source.close()

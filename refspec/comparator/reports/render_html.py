@@ -117,7 +117,8 @@ def _worst_table(r, e) -> str:
 
 
 def render_html(report) -> str:
-    """The self-contained HTML page of a report: the header, the outputs that did not pass,
+    """The self-contained HTML page of a report: the header, the patterns across cases and the
+    notes, the outputs that did not pass,
     the passes by operator and output, the cases not run, then a section per failing output
     (its worst elements, heat map and ulp histogram)."""
     e = html.escape
@@ -129,6 +130,9 @@ def render_html(report) -> str:
     if patterns:
         out.append("<h2>Patterns across cases</h2><ul>"
                    + "".join(f"<li>{e(p.removeprefix('pattern: '))}</li>" for p in patterns)
+                   + "</ul>")
+    if report.notes:
+        out.append("<ul class='notes'>" + "".join(f"<li>note: {e(n)}</li>" for n in report.notes)
                    + "</ul>")
     if failing:
         out.append(f"<h2>Not passed ({len(failing)})</h2>")

@@ -103,6 +103,11 @@ class ActualSource:
         """Why a case with nothing to judge was not run ("": the comparator says it)."""
         return ""
 
+    def notes(self) -> list[str]:
+        """What the reader of the report should know about where the outputs came from (the
+        report's notes), once the outputs have been looked up."""
+        return []
+
     @property
     def timings(self) -> dict:
         """Seconds per case id, for sources that ran the implementation themselves."""
