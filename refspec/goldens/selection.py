@@ -141,24 +141,26 @@ def operator_ids(operators) -> set | None:
     return found
 
 
-def select_ids(gf, selectors=None, operators=None, socs=None) -> list[str]:
+def select_ids(gf, selectors=None, operators=None, socs=None,
+               options=("--case", "--op", "--soc")) -> list[str]:
     """The case ids of a golden file that ``selectors`` (ids or shell patterns), ``operators``
     and ``socs`` (chip profiles as ``normalize_filter("soc", ...)`` gives them, None for the
     math-only one; matched against each case's ``params["soc"]``) choose, in file order.
     Filters that together leave no case of a file that has some are an UnknownCaseError
-    saying which filter removed which cases."""
+    saying which filter (named as in ``options``) removed which cases."""
+    case_opt, op_opt, soc_opt = options
     ids = match_ids(gf, selectors)
-    chosen = (" ".join(f"--case {c}" for c in selectors) + " chose" if selectors
+    chosen = (" ".join(f"{case_opt} {c}" for c in selectors) + " chose" if selectors
               else f"{gf.path} holds", len(ids), [] if ids == list(selectors or ()) else ids[:1])
     steps = []
     wanted = operator_ids(operators)
     if wanted is not None:
         op_of = {r.case_id: r.op for r in gf.summary()}
-        ids = _narrowed(ids, op_of.get, wanted, " ".join(f"--op {o}" for o in operators), "operator",
-                        steps)
+        ids = _narrowed(ids, op_of.get, wanted, " ".join(f"{op_opt} {o}" for o in operators),
+                        "operator", steps)
     if socs is not None:
         ids = _narrowed(ids, lambda i: gf[i].params.get("soc"), set(socs),
-                        " ".join(f"--soc {_profile_name(p)}" for p in socs), "chip profile",
+                        " ".join(f"{soc_opt} {_profile_name(p)}" for p in socs), "chip profile",
                         steps)
     if not ids and chosen[1]:
         raise UnknownCaseError(_empty_selection(chosen, steps))

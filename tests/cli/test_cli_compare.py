@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -154,3 +155,15 @@ def test_an_empty_selection_says_which_filter_removed_which_cases(smoke_rope_gra
     # a selection that leaves some cases is judged as before
     res = invoke("compare", path, tmp_path, "--soc", "A2", "--case", a2)
     assert res.exit_code == 1 and "1 cases not run" in res.output, res.output
+
+
+def test_an_empty_selection_in_the_pytest_plugin_names_its_options(smoke_rope_grad, tmp_path):
+    path, a2, _ = smoke_rope_grad
+    impl = Path(__file__).resolve().parents[1] / "impls" / "numpy_float32.py"
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "--rootdir", str(tmp_path), "--refspec-golden", str(path),
+                        "--refspec-impl", str(impl), "--refspec-soc", "950", "--refspec-case", a2],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert p.returncode == 4, p.stdout[-2000:] + p.stderr[-2000:]
+    assert (f"no case selected: --refspec-case {a2} chose 1 case; --refspec-soc 950 removed it "
+            "(chip profile A2), leaving none") in p.stderr, p.stderr
