@@ -1,7 +1,7 @@
 """The pictures of the HTML report, drawn from the NumPy arrays with the standard library alone:
 the error heat map (a PNG of the map, nearest-neighbour enlarged, inside an SVG with the marks
-of the failing cells, integer ticks, the axis names and a colour bar) and the ulp histogram (SVG bars) (docs/compare.md,
-"Reports")."""
+of the failing cells, integer ticks, the axis names and a colour bar) and the ulp histogram (SVG
+bars) (docs/compare.md, "Reports")."""
 
 from __future__ import annotations
 
@@ -87,7 +87,7 @@ def _centred(text: str, size: float, centre: float, width: float) -> tuple[float
     edge (then moved right), the picture widened until it holds the text's right end."""
     half = _text_width(text, size) / 2 + 4
     x = max(centre, half)
-    return x, max(width, x + half)
+    return x, max(width, math.ceil(x + half))
 
 
 def _marks(ys, xs, sy: int, sx: int, left: int, top: int) -> list[str]:
@@ -130,8 +130,8 @@ def heatmap_svg(heat: np.ndarray, title: str, ylabel: str, xlabel: str, uid: str
     title = f"{title} ({int((heat > 1.0).sum())} failing cells)"
     title_x, width = _centred(title, 12, left + w / 2, left + w + 24 + bar + 60)
     height = top + h + 48
-    out = [f"<svg class='pic' xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {width:.0f} "
-           f"{height}' width='{width:.0f}' height='{height}' font-family='sans-serif'>",
+    out = [f"<svg class='pic' xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {width} "
+           f"{height}' width='{width}' height='{height}' font-family='sans-serif'>",
            _text(title_x, 16, title, size=12),
            f"<image class='map' data-rows='{rows}' data-cols='{cols}' x='{left}' y='{top}' "
            f"width='{w}' height='{h}' preserveAspectRatio='none' "
@@ -174,8 +174,8 @@ def histogram_svg(counts: list[int], labels: list[str], title: str, xlabel: str)
     title_x, width = _centred(title, 12, left + w / 2, left + w + 16)
     label_x, width = _centred(xlabel, 11, left + w / 2, width)
     top_log = math.log10(1 + max(max(counts), 1))
-    out = [f"<svg class='pic' xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {width:.0f} "
-           f"{height}' width='{width:.0f}' height='{height}' font-family='sans-serif'>",
+    out = [f"<svg class='pic' xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {width} "
+           f"{height}' width='{width}' height='{height}' font-family='sans-serif'>",
            _text(title_x, 16, title, size=12),
            f"<rect x='{left}' y='{top}' width='{w}' height='{h}' fill='none' stroke='#444'/>"]
     k = 0
