@@ -20,7 +20,7 @@ from .constraints import SweepError
 from .format import UnknownCaseError
 
 __all__ = ["FILTERS", "normalize_filter", "parse_where", "filter_cases", "parse_shard", "shard",
-           "match_ids", "select_ids", "operator_ids", "profiles"]
+           "match_ids", "select_ids", "narrow", "operator_ids", "profiles"]
 
 #: the filters of ``refspec list`` / ``generate`` besides ``--op``
 FILTERS = ("soc", "dtype", "mode", "layout")
@@ -147,19 +147,31 @@ def select_ids(gf, selectors=None, operators=None, socs=None,
     and ``socs`` (chip profiles as ``normalize_filter("soc", ...)`` gives them, None for the
     math-only one; matched against each case's ``params["soc"]``) choose, in file order.
     Filters that together leave no case of a file that has some are an UnknownCaseError
-    saying which filter (named as in ``options``) removed which cases."""
-    case_opt, op_opt, soc_opt = options
+    saying which filter (named as in ``options``) removed which cases (``narrow``)."""
     ids = match_ids(gf, selectors)
+    op_of = {r.case_id: r.op for r in gf.summary()} if operators else {}
+    return narrow(ids, selectors, op_of.get, lambda i: gf[i].params.get("soc"), operators, socs,
+                  f"{gf.path} holds", options)
+
+
+def narrow(ids, selectors, op_of, soc_of, operators=None, socs=None, whole: str = "",
+           options=("--case", "--op", "--soc")) -> list[str]:
+    """``ids`` (what ``selectors`` chose, or the whole set, ``whole`` saying so) without the
+    cases whose operator (``op_of(id)``) is not among ``operators`` or whose chip profile
+    (``soc_of(id)``) is not among ``socs``; UnknownCaseError when that leaves none of some,
+    naming what each filter removed:
+    ``no case selected: --case X chose 1 case; --soc 950 removed it (chip profile A2), leaving
+    none``."""
+    case_opt, op_opt, soc_opt = options
     chosen = (" ".join(f"{case_opt} {c}" for c in selectors) + " chose" if selectors
-              else f"{gf.path} holds", len(ids), [] if ids == list(selectors or ()) else ids[:1])
+              else whole, len(ids), [] if list(ids) == list(selectors or ()) else ids[:1])
     steps = []
     wanted = operator_ids(operators)
     if wanted is not None:
-        op_of = {r.case_id: r.op for r in gf.summary()}
-        ids = _narrowed(ids, op_of.get, wanted, " ".join(f"{op_opt} {o}" for o in operators),
+        ids = _narrowed(ids, op_of, wanted, " ".join(f"{op_opt} {o}" for o in operators),
                         "operator", steps)
     if socs is not None:
-        ids = _narrowed(ids, lambda i: gf[i].params.get("soc"), set(socs),
+        ids = _narrowed(ids, soc_of, set(socs),
                         " ".join(f"{soc_opt} {_profile_name(p)}" for p in socs), "chip profile",
                         steps)
     if not ids and chosen[1]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from refspec.goldens.cases import CaseData
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -167,6 +168,21 @@ def test_two_files_for_one_output_are_named_with_the_one_judged(golden, exported
     assert len(rep.notes) == MOST_TWIN_NOTES + 1, rep.notes
     assert rep.notes[-1].startswith(f"{3 * 3 - MOST_TWIN_NOTES} more outputs have more than one "
                                     "file: the first of <name>.bin, <name>.npy")
+
+
+def test_filters_that_leave_none_of_the_cases_given_say_so(golden):
+    """Case objects given to compare() and filters that remove all of them: the error names
+    what each filter removed, as for a golden file."""
+    with goldens.open(golden) as gf:
+        cases = [gf[c] for c in POS]
+        with pytest.raises(goldens.UnknownCaseError, match=re.escape(
+                "no case selected: compare() was given 3 cases; soc 950 removed 3 cases (chip "
+                "profile A2), leaving none")):
+            compare(cases, {}, socs=["950"])
+        with pytest.raises(goldens.UnknownCaseError, match=re.escape(
+                "operator rope removed 3 cases (operator rope_grad), leaving none")):
+            compare(cases, {}, operators=["rope"])
+        assert len(compare(cases, str(golden), socs=["A2"]).results) > 0
 
 
 def test_a_bad_status_file_does_not_hide_the_outputs(golden, exported):
