@@ -200,7 +200,9 @@ def _cases_text(n: int, first: list) -> str:
 
 
 def _empty_selection(chosen, steps) -> str:
-    """``no case selected: --case X chose 1 case (ID); --soc 950 removed it (chip profile A2)``."""
+    """``no case selected: --case rope_grad/* chose 60 cases; --op rope removed 60 cases
+    (operator rope_grad), leaving none``: what chose the cases, then what each filter that
+    removed some removed (its cases' values)."""
     head, n, first = chosen
     parts = [f"{head} {_cases_text(n, first)}"]
     for option, what, removed, first_removed, kept in steps:

@@ -117,8 +117,8 @@ def _worst_table(r, e) -> str:
 
 
 def render_html(report) -> str:
-    """The self-contained HTML page of a report: the header, the patterns across cases and the
-    notes, the outputs that did not pass,
+    """The self-contained HTML page of a report, read from the top: the header, the patterns
+    across cases and the notes, the outputs that did not pass (each with its first finding),
     the passes by operator and output, the cases not run, then a section per failing output
     (its worst elements, heat map and ulp histogram)."""
     e = html.escape
