@@ -2,9 +2,12 @@
 Playwright) at 1280 and 1400 px there is no horizontal overflow, the failing row and the whole
 text of every numeric cell are on screen, a negative case's row is not a tall block of its
 rule's text, and the failing element is marked in the worst-elements list; an isolated failing
-element stands out on the heat map (red pixels counted in the picture), whose ticks are
-integers. The browser test is skipped only when no Chromium is installed (CI installs it,
-.ci/run)."""
+element stands out on the heat map (red pixels counted in the picture, and the ring around it),
+whose ticks are integers, and the marks of a small map stay inside their cells. The report is
+read from the top: in the browser, on the smoke cases and a large failing output, the first
+table gives every failing output's first finding, every mark lies in its cell, and no text of a
+picture is cut. The browser tests are skipped only when no Chromium is installed (CI installs
+it, .ci/run)."""
 
 from __future__ import annotations
 
