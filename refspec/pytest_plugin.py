@@ -100,7 +100,8 @@ class RefspecGoldenFile(pytest.File):
         try:
             ids = select_ids(gf, config.getoption("refspec_case") or None,
                              config.getoption("refspec_op") or None,
-                             profiles(config.getoption("refspec_soc")))
+                             profiles(config.getoption("refspec_soc")),
+                             options=("--refspec-case", "--refspec-op", "--refspec-soc"))
         except Exception as exc:          # an unknown case, operator or profile
             raise pytest.UsageError(f"--refspec-case/--refspec-op/--refspec-soc: {exc}") from None
         for case_id in ids:

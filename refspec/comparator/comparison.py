@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from .. import goldens
 from ..goldens.format import UnknownCaseError
-from ..goldens.selection import operator_ids, select_ids
+from ..goldens.selection import narrow, select_ids
 from ..spec.errors import one_line
 from .diagnosis.diagnose import diagnose_output
 from .judging.benchmark import Attainable, BenchmarkUnavailable, float32_benchmark
@@ -60,11 +60,11 @@ def _cases(golden, selectors, operators=None, case_ids=None, socs=None):
     if selectors:
         import fnmatch
         cases = [c for c in cases if any(fnmatch.fnmatchcase(c.case_id, s) for s in selectors)]
-    wanted = operator_ids(operators)
-    if wanted is not None:
-        cases = [c for c in cases if c.op in wanted]
-    if socs is not None:
-        cases = [c for c in cases if c.params.get("soc") in socs]
+    by_id = {c.case_id: c for c in cases}
+    kept = set(narrow([c.case_id for c in cases], selectors, lambda i: by_id[i].op,
+                      lambda i: by_id[i].params.get("soc"), operators, socs,
+                      "compare() was given", ("case", "operator", "soc")))
+    cases = [c for c in cases if c.case_id in kept]
     label = cases[0].case_id if len(cases) == 1 else f"{len(cases)} cases"
     return label, iter(cases), len(cases), lambda: None
 
@@ -138,6 +138,7 @@ def compare_with(golden, actual, options: CompareOptions, progress=None) -> Repo
                     saturation=options.saturation, only_present=options.only_present)
     try:
         _judge_cases(case_iter, n_cases, source, statuses, options, report, progress)
+        report.notes += [n for n in source.notes() if n not in report.notes]
     finally:
         close()
         source.close()

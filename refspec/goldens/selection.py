@@ -20,7 +20,7 @@ from .constraints import SweepError
 from .format import UnknownCaseError
 
 __all__ = ["FILTERS", "normalize_filter", "parse_where", "filter_cases", "parse_shard", "shard",
-           "match_ids", "select_ids", "operator_ids", "profiles"]
+           "match_ids", "select_ids", "narrow", "operator_ids", "profiles"]
 
 #: the filters of ``refspec list`` / ``generate`` besides ``--op``
 FILTERS = ("soc", "dtype", "mode", "layout")
@@ -141,18 +141,82 @@ def operator_ids(operators) -> set | None:
     return found
 
 
-def select_ids(gf, selectors=None, operators=None, socs=None) -> list[str]:
+def select_ids(gf, selectors=None, operators=None, socs=None,
+               options=("--case", "--op", "--soc")) -> list[str]:
     """The case ids of a golden file that ``selectors`` (ids or shell patterns), ``operators``
     and ``socs`` (chip profiles as ``normalize_filter("soc", ...)`` gives them, None for the
-    math-only one; matched against each case's ``params["soc"]``) choose, in file order."""
+    math-only one; matched against each case's ``params["soc"]``) choose, in file order.
+    Filters that together leave no case of a file that has some are an UnknownCaseError
+    saying which filter (named as in ``options``) removed which cases (``narrow``)."""
     ids = match_ids(gf, selectors)
+    op_of = {r.case_id: r.op for r in gf.summary()} if operators else {}
+    return narrow(ids, selectors, op_of.get, lambda i: gf[i].params.get("soc"), operators, socs,
+                  f"{gf.path} holds", options)
+
+
+def narrow(ids, selectors, op_of, soc_of, operators=None, socs=None, whole: str = "",
+           options=("--case", "--op", "--soc")) -> list[str]:
+    """``ids`` (what ``selectors`` chose, or the whole set, ``whole`` saying so) without the
+    cases whose operator (``op_of(id)``) is not among ``operators`` or whose chip profile
+    (``soc_of(id)``) is not among ``socs``; UnknownCaseError when that leaves none of some,
+    naming what each filter removed:
+    ``no case selected: --case X chose 1 case; --soc 950 removed it (chip profile A2), leaving
+    none``."""
+    case_opt, op_opt, soc_opt = options
+    chosen = (" ".join(f"{case_opt} {c}" for c in selectors) + " chose" if selectors
+              else whole, len(ids), [] if list(ids) == list(selectors or ()) else ids[:1])
+    steps = []
     wanted = operator_ids(operators)
     if wanted is not None:
-        op_of = {r.case_id: r.op for r in gf.summary()}
-        ids = [i for i in ids if op_of.get(i) in wanted]
+        ids = _narrowed(ids, op_of, wanted, " ".join(f"{op_opt} {o}" for o in operators),
+                        "operator", steps)
     if socs is not None:
-        ids = [i for i in ids if gf[i].params.get("soc") in set(socs)]
+        ids = _narrowed(ids, soc_of, set(socs),
+                        " ".join(f"{soc_opt} {_profile_name(p)}" for p in socs), "chip profile",
+                        steps)
+    if not ids and chosen[1]:
+        raise UnknownCaseError(_empty_selection(chosen, steps))
     return ids
+
+
+def _narrowed(ids, value_of, wanted, option: str, what: str, steps: list) -> list[str]:
+    """The ids whose ``value_of`` is in ``wanted``; what ``option`` removed (its values of
+    ``what``) appended to ``steps``."""
+    values = {i: value_of(i) for i in ids}
+    kept = [i for i in ids if values[i] in wanted]
+    removed = [values[i] for i in ids if values[i] not in wanted]
+    if removed:
+        steps.append((option, what, removed, [i for i in ids if values[i] not in wanted][:1],
+                      len(kept)))
+    return kept
+
+
+def _profile_name(profile) -> str:
+    return "none" if profile is None else str(profile)
+
+
+def _cases_text(n: int, first: list) -> str:
+    return (f"1 case ({first[0]})" if first else "1 case") if n == 1 else f"{n} cases"
+
+
+def _empty_selection(chosen, steps) -> str:
+    """``no case selected: --case rope_grad/* chose 60 cases; --op rope removed 60 cases
+    (operator rope_grad), leaving none``: what chose the cases, then what each filter that
+    removed some removed (its cases' values)."""
+    head, n, first = chosen
+    parts = [f"{head} {_cases_text(n, first)}"]
+    for option, what, removed, first_removed, kept in steps:
+        counts: dict = {}
+        for v in removed:
+            name = _profile_name(v) if what == "chip profile" else str(v)
+            counts[name] = counts.get(name, 0) + 1
+        values = ", ".join(f"{v} x{c}" if len(counts) > 1 else v for v, c in counts.items())
+        plural = "s" if len(counts) > 1 else ""
+        which = ("it" if len(removed) == 1 and n == 1 else
+                 f"{_cases_text(len(removed), first_removed)}")
+        parts.append(f"{option} removed {which} ({what}{plural} {values})"
+                     + ("" if kept else ", leaving none"))
+    return "no case selected: " + "; ".join(parts)
 
 
 def profiles(values) -> set | None:

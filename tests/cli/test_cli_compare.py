@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,7 @@ import refspec.goldens as goldens
 from refspec import ops
 from refspec.goldens.export import export_cases as export
 from refspec.goldens.example import nrc_backward_case, rope_grad_case
+from cli_helpers import assert_user_error, invoke
 
 
 def refspec_cli(*args, cwd=None):
@@ -122,3 +124,46 @@ def test_html_pictures_need_no_matplotlib(setup, tmp_path):
     assert p.returncode == 1, p.stderr
     text = (tmp_path / "r.html").read_text()
     assert text.count("<svg class='pic'") == 2 and "<table>" in text
+
+
+@pytest.fixture(scope="module")
+def smoke_rope_grad(tmp_path_factory):
+    path = tmp_path_factory.mktemp("selection") / "smoke.h5"
+    assert invoke("generate", "-o", path, "--op", "rope_grad", "--op", "rope").exit_code == 0
+    with goldens.open(path) as gf:
+        a2 = next(c for c in gf.case_ids() if c.startswith("rope_grad/soc=A2/"))
+        n_a2 = sum(c.startswith("rope_grad/soc=A2/") for c in gf.case_ids())
+    return path, a2, n_a2
+
+
+def test_an_empty_selection_says_which_filter_removed_which_cases(smoke_rope_grad, tmp_path):
+    """Filters that together leave nothing: refspec's one line says what each filter removed
+    (and why: the cases' chip profile or operator), not a run that judged nothing."""
+    path, a2, n_a2 = smoke_rope_grad
+    res = invoke("compare", path, tmp_path, "--soc", "950", "--case", a2)
+    assert_user_error(res, f"no case selected: --case {a2} chose 1 case; --soc 950 removed it "
+                           "(chip profile A2), leaving none")
+    assert "nothing was judged" not in res.output
+    res = invoke("compare", path, tmp_path, "--case", "rope_grad/soc=A2/*", "--op", "rope",
+                 "--soc", "A2")
+    assert_user_error(res, f"--case rope_grad/soc=A2/* chose {n_a2} cases; --op rope removed "
+                           f"{n_a2} cases (operator rope_grad), leaving none")
+    res = invoke("run", path, "--impl", "numpy_float32", "--soc", "950", "--case", a2)
+    assert_user_error(res, "--soc 950 removed it (chip profile A2)")
+    res = invoke("export", path, "-o", tmp_path / "out", "--soc", "950", "--case", a2)
+    assert_user_error(res, "--soc 950 removed it (chip profile A2)")
+    # a selection that leaves some cases is judged as before
+    res = invoke("compare", path, tmp_path, "--soc", "A2", "--case", a2)
+    assert res.exit_code == 1 and "1 cases not run" in res.output, res.output
+
+
+def test_an_empty_selection_in_the_pytest_plugin_names_its_options(smoke_rope_grad, tmp_path):
+    path, a2, _ = smoke_rope_grad
+    impl = Path(__file__).resolve().parents[1] / "impls" / "numpy_float32.py"
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "--rootdir", str(tmp_path), "--refspec-golden", str(path),
+                        "--refspec-impl", str(impl), "--refspec-soc", "950", "--refspec-case", a2],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert p.returncode == 4, p.stdout[-2000:] + p.stderr[-2000:]
+    assert (f"no case selected: --refspec-case {a2} chose 1 case; --refspec-soc 950 removed it "
+            "(chip profile A2), leaving none") in p.stderr, p.stderr

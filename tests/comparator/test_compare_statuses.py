@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from refspec.goldens.cases import CaseData
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -28,6 +29,7 @@ from refspec.comparator.judging.metrics import cosine
 from refspec.comparator.reports.render_html import render_html
 from refspec.comparator.reports.render_junit import render_junit
 from refspec.comparator.reports.render_text import render_text
+from refspec.comparator.sources.trees import MOST_TWIN_NOTES
 from refspec.goldens.example import rope_grad_case
 from refspec.goldens.export import export_cases as export
 from refspec.spec.dtypes import round_to
@@ -122,6 +124,65 @@ def test_status_file_that_cannot_be_read(golden, exported):
     exported.joinpath(*NEG.split("/"), "status.json").write_text('{"code": "561002"}')
     row = next(r for r in compare(golden, str(exported)).results if r.case_id == NEG)
     assert row.status == "unreadable" and "integer" in row.reason
+
+
+@pytest.mark.parametrize("text, what", [(b"", "empty"), (b"  \n", "empty"),
+                                        (b"{code: 0}", "not JSON (Expecting property name "
+                                                      "enclosed in double quotes at line 1, "
+                                                      "column 2)"),
+                                        (b"\xff\xfe", "not UTF-8 text")])
+def test_an_empty_or_broken_status_file_says_what_was_expected(golden, exported, text, what):
+    """An empty status.json (a harness that died before writing it) or one that is not JSON:
+    the reason says what is wrong with the file and what it should hold, not the JSON
+    parser's bare message."""
+    path = exported.joinpath(*NEG.split("/"), "status.json")
+    path.write_bytes(text)
+    row = next(r for r in compare(golden, str(exported)).results if r.case_id == NEG)
+    assert row.status == "unreadable"
+    assert row.reason.startswith(f"{path}: {what}; expected {{\"code\": <integer>}} (0 when "
+                                 "the kernel accepted the input"), row.reason
+    assert "char 0" not in row.reason
+
+
+def test_two_files_for_one_output_are_named_with_the_one_judged(golden, exported):
+    """dx.bin and dx.npy both beside a case's inputs: the .bin is judged as before, and the
+    report's notes say so and name the file not read, in the terminal, HTML and JSON reports."""
+    case = exported.joinpath(*POS[0].split("/"))
+    dx = np.fromfile(case / "dx.bin", dtype=np.float16)
+    np.save(case / "dx.npy", (dx + np.float16(1)).reshape(1, 2, 4, 8))    # a wrong one, not read
+    rep = compare(golden, str(exported))
+    rows = {r.output: r for r in rep.results if r.case_id == POS[0]}
+    assert rows["dx"].status == "pass" and rows["dx"].source == str(case / "dx.bin")
+    note = f"{case / 'dx.bin'} judged; {case / 'dx.npy'} also there, not read"
+    assert len(rep.notes) == 1 and rep.notes[0].startswith(note), rep.notes
+    assert f"note: {note}" in render_text(rep)
+    assert note in render_html(rep)
+    assert rep.to_dict()["notes"] == rep.notes
+    assert compare(golden, str(exported), cases=[POS[1]]).notes == []
+    for cid in POS:                       # many outputs with two files: a few named, then a count
+        for name in ("dx", "dcos", "dsin"):
+            folder = exported.joinpath(*cid.split("/"))
+            (folder / f"{name}.npy").write_bytes(b"not read")
+    rep = compare(golden, str(exported))
+    assert all(r.status == "pass" for r in rep.results if r.output != "(status)")
+    assert len(rep.notes) == MOST_TWIN_NOTES + 1, rep.notes
+    assert rep.notes[-1].startswith(f"{3 * 3 - MOST_TWIN_NOTES} more outputs have more than one "
+                                    "file: the first of <name>.bin, <name>.npy")
+
+
+def test_filters_that_leave_none_of_the_cases_given_say_so(golden):
+    """Case objects given to compare() and filters that remove all of them: the error names
+    what each filter removed, as for a golden file."""
+    with goldens.open(golden) as gf:
+        cases = [gf[c] for c in POS]
+        with pytest.raises(goldens.UnknownCaseError, match=re.escape(
+                "no case selected: compare() was given 3 cases; soc 950 removed 3 cases (chip "
+                "profile A2), leaving none")):
+            compare(cases, {}, socs=["950"])
+        with pytest.raises(goldens.UnknownCaseError, match=re.escape(
+                "operator rope removed 3 cases (operator rope_grad), leaving none")):
+            compare(cases, {}, operators=["rope"])
+        assert len(compare(cases, str(golden), socs=["A2"]).results) > 0
 
 
 def test_a_bad_status_file_does_not_hide_the_outputs(golden, exported):

@@ -323,6 +323,22 @@ def test_load_implementation_takes_modules_files_and_objects(tmp_path, monkeypat
         load_implementation("mykernels_nope")
 
 
+def test_a_kernel_file_imports_the_modules_beside_it(smoke, tmp_path):
+    """``--impl path/to/kernels.py`` puts the file's folder on the import path, as ``python
+    path/to/kernels.py`` does: a module beside it imports from any working directory."""
+    folder = tmp_path / "vendor_rope"
+    folder.mkdir()
+    (folder / "rope_helpers_beside_the_kernel.py").write_text(
+        "from numpy_float32 import EVERY as KERNELS\n")
+    (folder / "kernels.py").write_text(
+        "from rope_helpers_beside_the_kernel import KERNELS\n"
+        "rotary_position_embedding_grad = KERNELS.rotary_position_embedding_grad\n")
+    res = run(smoke, "--impl", folder / "kernels.py", "--op", "rope_grad", "--case",
+              "rope_grad/soc=A2/mode=half/*", "--repeat", "0")
+    assert res.exit_code == 0, res.output[-2000:]
+    assert re.search(r"^PASS: [1-9]\d* passed, 0 failed", res.output, re.M), res.output[-2000:]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_torch_forwards_on_cuda(smoke):
     res = run(smoke, "--impl", TORCH_FORWARD, "--framework", "torch", "--device", "cuda",

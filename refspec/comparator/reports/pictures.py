@@ -1,7 +1,7 @@
 """The pictures of the HTML report, drawn from the NumPy arrays with the standard library alone:
-the error heat map (a PNG of the map, nearest-neighbour enlarged, inside an SVG with integer
-ticks, the axis names and a colour bar) and the ulp histogram (SVG bars) (docs/compare.md,
-"Reports")."""
+the error heat map (a PNG of the map, nearest-neighbour enlarged, inside an SVG with the marks
+of the failing cells, integer ticks, the axis names and a colour bar) and the ulp histogram (SVG
+bars) (docs/compare.md, "Reports")."""
 
 from __future__ import annotations
 
@@ -19,8 +19,12 @@ __all__ = ["png", "heatmap_svg", "histogram_svg", "pool", "integer_ticks"]
 BLUES = ((247, 251, 255), (222, 235, 247), (198, 219, 239), (158, 202, 225), (107, 174, 214),
          (66, 146, 198), (33, 113, 181), (8, 81, 156), (8, 48, 107))
 RED = (224, 0, 0)
-#: failing cells are ringed when there are at most this many
+#: failing cells are marked when there are at most this many
 RING_LIMIT = 50
+#: cells at least this many pixels each way are marked inside themselves (an ellipse
+#: ``MARK_INSET`` pixels in from their edges); smaller ones by a ring around them of at least
+#: ``MARK_RADIUS`` pixels
+MARK_CELL, MARK_INSET, MARK_RADIUS, MARK_STROKE = 12, 3, 8, 2
 #: the largest plot area of the heat map, pixels
 PLOT_W, PLOT_H = 480, 320
 
@@ -72,14 +76,37 @@ def _colours(a: np.ndarray) -> np.ndarray:
     return np.rint(rgb).astype(np.uint8)
 
 
-def _ring(img: np.ndarray, cy: float, cx: float, radius: float) -> None:
-    h, w, _ = img.shape
-    r = int(math.ceil(radius)) + 2
-    y0, y1 = max(0, int(cy) - r), min(h, int(cy) + r + 1)
-    x0, x1 = max(0, int(cx) - r), min(w, int(cx) + r + 1)
-    yy, xx = np.mgrid[y0:y1, x0:x1]
-    d = np.hypot(yy + 0.5 - cy, xx + 0.5 - cx)
-    img[y0:y1, x0:x1][np.abs(d - radius) <= 1.2] = RED
+def _text_width(text: str, size: float) -> float:
+    """A generous estimate of the width of ``text`` in a sans-serif font of ``size`` px (wide
+    fonts such as DejaVu Sans average about 0.6 em a character)."""
+    return 0.65 * size * len(text)
+
+
+def _centred(text: str, size: float, centre: float, width: float) -> tuple[float, float]:
+    """(x, picture width): ``text`` centred at ``centre`` unless that would cut it at the left
+    edge (then moved right), the picture widened until it holds the text's right end."""
+    half = _text_width(text, size) / 2 + 4
+    x = max(centre, half)
+    return x, max(width, math.ceil(x + half))
+
+
+def _marks(ys, xs, sy: int, sx: int, left: int, top: int) -> list[str]:
+    """The marks of the failing cells (rows ``ys``, columns ``xs``) of cells ``sy`` x ``sx``
+    pixels at (``left``, ``top``): an ellipse inside each cell when the cells are large enough
+    to hold one (``MARK_CELL``), so it covers no neighbour; else a red ring around the cell,
+    large enough to be seen (``MARK_RADIUS``)."""
+    out = []
+    for y, x in zip(ys.tolist(), xs.tolist()):
+        cx, cy = left + (x + 0.5) * sx, top + (y + 0.5) * sy
+        if min(sx, sy) >= MARK_CELL:
+            rx, ry, colour = sx / 2 - MARK_INSET, sy / 2 - MARK_INSET, "#fff"
+        else:
+            rx = ry = max(MARK_RADIUS, math.hypot(sx, sy) / 2 + 3)
+            colour = f"rgb{RED}"
+        out.append(f"<ellipse class='mark' data-row='{y}' data-col='{x}' cx='{cx:.1f}' "
+                   f"cy='{cy:.1f}' rx='{rx:.1f}' ry='{ry:.1f}' fill='none' stroke='{colour}' "
+                   f"stroke-width='{MARK_STROKE}'/>")
+    return out
 
 
 def _text(x, y, text, anchor="middle", size=11, extra="") -> str:
@@ -89,28 +116,30 @@ def _text(x, y, text, anchor="middle", size=11, extra="") -> str:
 
 def heatmap_svg(heat: np.ndarray, title: str, ylabel: str, xlabel: str, uid: str = "") -> str:
     """The error map of ``heat`` (rows x columns of the worst error / allowed per cell): cells
-    within the rule in blues, failing cells red and, when at most ``RING_LIMIT``, ringed, so one
-    failing element stands out in a large map; integer ticks on both axes. ``uid`` tells the
+    within the rule in blues, failing cells red and, when at most ``RING_LIMIT``, marked
+    (``_marks``: inside a cell large enough, else ringed so one failing element stands out in a
+    large map); integer ticks on both axes; the title whole, however long. ``uid`` tells the
     colour bar's gradient apart from other pictures' on the page."""
     a, fr, fc = pool(np.minimum(heat, 1e6))
     rows, cols = a.shape
     sy, sx = max(1, PLOT_H // rows), max(1, PLOT_W // cols)
     img = np.repeat(np.repeat(_colours(a), sy, axis=0), sx, axis=1)
     ys, xs = np.nonzero(a > 1.0)
-    if 0 < ys.size <= RING_LIMIT:
-        radius = max(8.0, 0.75 * max(sy, sx))
-        for y, x in zip(ys.tolist(), xs.tolist()):
-            _ring(img, (y + 0.5) * sy, (x + 0.5) * sx, radius)
     h, w = img.shape[:2]
     left, top, bar = 56, 30, 16
-    width, height = left + w + 24 + bar + 60, top + h + 48
-    out = [f"<svg class='pic' xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {width} {height}' "
-           f"width='{width}' height='{height}' font-family='sans-serif'>",
-           _text(left + w / 2, 16, f"{title} ({int((heat > 1.0).sum())} failing cells)", size=12),
-           f"<image x='{left}' y='{top}' width='{w}' height='{h}' preserveAspectRatio='none' "
+    title = f"{title} ({int((heat > 1.0).sum())} failing cells)"
+    title_x, width = _centred(title, 12, left + w / 2, left + w + 24 + bar + 60)
+    height = top + h + 48
+    out = [f"<svg class='pic' xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {width} "
+           f"{height}' width='{width}' height='{height}' font-family='sans-serif'>",
+           _text(title_x, 16, title, size=12),
+           f"<image class='map' data-rows='{rows}' data-cols='{cols}' x='{left}' y='{top}' "
+           f"width='{w}' height='{h}' preserveAspectRatio='none' "
            f"style='image-rendering:pixelated' "
            f"href='data:image/png;base64,{base64.b64encode(png(img)).decode('ascii')}'/>",
            f"<rect x='{left}' y='{top}' width='{w}' height='{h}' fill='none' stroke='#444'/>"]
+    if 0 < ys.size <= RING_LIMIT:
+        out += _marks(ys, xs, sy, sx, left, top)
     for i in integer_ticks(heat.shape[0]):
         y = top + (i + 0.5) / fr * sy
         out.append(f"<line x1='{left - 4}' y1='{y:.1f}' x2='{left}' y2='{y:.1f}' stroke='#444'/>")
@@ -141,11 +170,13 @@ def histogram_svg(counts: list[int], labels: list[str], title: str, xlabel: str)
     n = len(counts)
     bw, left, top, h = 24, 56, 30, 240
     w = bw * n
-    width, height = left + w + 16, top + h + 96
+    height = top + h + 96
+    title_x, width = _centred(title, 12, left + w / 2, left + w + 16)
+    label_x, width = _centred(xlabel, 11, left + w / 2, width)
     top_log = math.log10(1 + max(max(counts), 1))
-    out = [f"<svg class='pic' xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {width} {height}' "
-           f"width='{width}' height='{height}' font-family='sans-serif'>",
-           _text(left + w / 2, 16, title, size=12),
+    out = [f"<svg class='pic' xmlns='http://www.w3.org/2000/svg' viewBox='0 0 {width} "
+           f"{height}' width='{width}' height='{height}' font-family='sans-serif'>",
+           _text(title_x, 16, title, size=12),
            f"<rect x='{left}' y='{top}' width='{w}' height='{h}' fill='none' stroke='#444'/>"]
     k = 0
     while 10 ** k <= max(counts):
@@ -163,7 +194,7 @@ def histogram_svg(counts: list[int], labels: list[str], title: str, xlabel: str)
         cx, cy = x + bw / 2, top + h + 10
         out.append(_text(cx, cy, labels[i], anchor="end", size=10,
                          extra=f" transform='rotate(-60 {cx:.1f} {cy:.1f})'"))
-    out.append(_text(left + w / 2, height - 6, xlabel))
+    out.append(_text(label_x, height - 6, xlabel))
     out.append(_text(14, top + h / 2, "elements",
                      extra=f" transform='rotate(-90 14 {top + h / 2:.1f})'"))
     out.append("</svg>")

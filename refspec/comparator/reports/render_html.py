@@ -25,7 +25,7 @@ body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;max-width:100%}
 table{border-collapse:collapse;font-size:13px;width:100%}
 td,th{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top;
       overflow-wrap:anywhere}
-th{background:#f2f2f2}
+th{background:#f2f2f2;overflow-wrap:normal}
 td.num,th.num,td.verdict,td.output,td.class,td.dtype{white-space:nowrap;overflow-wrap:normal}
 td.num,th.num{text-align:right}
 th.verdict,th.output,th.class,th.dtype,th.num{width:1%}
@@ -79,10 +79,24 @@ def _table(rows, e, link: bool) -> list[str]:
         out.append(f"<tr class='{cls}'>" + "".join(
             f"<td class='{'num ' + c if c in _NUMERIC else c}'>{t}</td>" for c, t in zip(_COLS, tds))
             + "</tr>")
-        if cells[-1]:
-            out.append(f"<tr class='more'><td colspan='{len(_COLS)}'>{e(cells[-1])}</td></tr>")
+        more = [e(cells[-1])] if cells[-1] else []
+        if link:
+            more += _first_finding(r, e)
+        if more:
+            out.append(f"<tr class='more'><td colspan='{len(_COLS)}'>{'<br>'.join(more)}</td></tr>")
     out.append("</table>")
     return out
+
+
+def _first_finding(r, e) -> list[str]:
+    """The first finding of a failing output's diagnosis as a line of the table (the others are
+    in its section); none when it has no diagnosis."""
+    items = dict(detail(r, ("diagnosis",)))
+    if "diagnosis" not in items:
+        return []
+    f, more = items["diagnosis"][0], len(r.diagnosis) - 1
+    return [f"<span class='finding'>diagnosis: <b>{e(f.kind)}</b>: {e(f.summary)}"
+            + (f" <a href='#r{id(r)}'>(+{more} more)</a>" if more else "") + "</span>"]
 
 
 def _worst_table(r, e) -> str:
@@ -103,7 +117,8 @@ def _worst_table(r, e) -> str:
 
 
 def render_html(report) -> str:
-    """The self-contained HTML page of a report: the header, the outputs that did not pass,
+    """The self-contained HTML page of a report, read from the top: the header, the patterns
+    across cases and the notes, the outputs that did not pass (each with its first finding),
     the passes by operator and output, the cases not run, then a section per failing output
     (its worst elements, heat map and ulp histogram)."""
     e = html.escape
@@ -115,6 +130,9 @@ def render_html(report) -> str:
     if patterns:
         out.append("<h2>Patterns across cases</h2><ul>"
                    + "".join(f"<li>{e(p.removeprefix('pattern: '))}</li>" for p in patterns)
+                   + "</ul>")
+    if report.notes:
+        out.append("<ul class='notes'>" + "".join(f"<li>note: {e(n)}</li>" for n in report.notes)
                    + "</ul>")
     if failing:
         out.append(f"<h2>Not passed ({len(failing)})</h2>")

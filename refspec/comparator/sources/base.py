@@ -48,14 +48,27 @@ def read_status(path: str):
         return None, None
     try:
         with open(path, "rb") as fh:
-            doc = json.loads(fh.read().decode("utf-8"))
-    except (OSError, ValueError) as exc:
-        return None, f"{path}: not a readable JSON status file ({one_line(exc)})"
+            text = fh.read()
+    except OSError as exc:
+        return None, f"{path}: cannot be read ({one_line(exc)}); {_STATUS_EXPECTED}"
+    if not text.strip():
+        return None, f"{path}: empty; {_STATUS_EXPECTED}"
+    try:
+        doc = json.loads(text.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None, f"{path}: not UTF-8 text; {_STATUS_EXPECTED}"
+    except json.JSONDecodeError as exc:
+        return None, (f"{path}: not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
+                      f"{_STATUS_EXPECTED}")
     code = doc.get("code") if isinstance(doc, dict) else None
     if not isinstance(code, int) or isinstance(code, bool):
-        return None, (f"{path}: expected {{\"code\": <integer>}} (0 when the kernel accepted the "
-                      f"input, else the aclnn status it returned), got {one_line(doc)[:80]}")
+        return None, f"{path}: {_STATUS_EXPECTED}, got {one_line(doc)[:80]}"
     return code, None
+
+
+#: what a status file holds
+_STATUS_EXPECTED = ("expected {\"code\": <integer>} (0 when the kernel accepted the input, else "
+                    "the aclnn status it returned)")
 
 
 class ActualSource:
@@ -89,6 +102,11 @@ class ActualSource:
     def not_run_reason(self, case_id: str) -> str:
         """Why a case with nothing to judge was not run ("": the comparator says it)."""
         return ""
+
+    def notes(self) -> list[str]:
+        """What the reader of the report should know about where the outputs came from (the
+        report's notes), once the outputs have been looked up."""
+        return []
 
     @property
     def timings(self) -> dict:

@@ -56,8 +56,9 @@ class ImplementationError(ValueError):
 
 def load_implementation(name: str):
     """The implementation ``name``: a dotted module name on ``sys.path`` (the working directory
-    first) or the path of a ``.py`` file, optionally followed by ``:ATTR``, an object of that
-    module whose attributes are the functions (a class instance, a namespace)."""
+    first) or the path of a ``.py`` file (its folder put first on ``sys.path``, so the modules
+    beside it import), optionally followed by ``:ATTR``, an object of that module whose
+    attributes are the functions (a class instance, a namespace)."""
     module_part, _, attr = name.rpartition(":")
     if module_part and attr.isidentifier() and not module_part.endswith(("\\", "/")):
         module = load_implementation(module_part)
@@ -88,6 +89,9 @@ def _load_file(name: str):
     if not os.path.isfile(path) or not path.endswith(".py"):
         raise ImplementationError(f"--impl {name}: not a Python source file (give a .py file, or "
                                   "a dotted module name importable from here)")
+    folder = os.path.dirname(path)
+    if folder not in sys.path:            # as `python kernels.py` does: modules beside it import
+        sys.path.insert(0, folder)
     module_name = "refspec_impl_" + re.sub(r"\W", "_", os.path.splitext(os.path.basename(path))[0])
     if module_name in sys.modules and getattr(sys.modules[module_name], "__file__", None) == path:
         return sys.modules[module_name]

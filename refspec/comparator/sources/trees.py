@@ -10,13 +10,20 @@ from ...goldens.case_files import STATUS_FILE, export_root
 from .arrays import Problem, open_bin, open_npy
 from .base import ActualSource, file_names, read_status
 
-__all__ = ["TreeSource"]
+__all__ = ["TreeSource", "MOST_TWIN_NOTES"]
+
+#: outputs with more than one file named one by one in the report's notes
+MOST_TWIN_NOTES = 3
 
 
 class TreeSource(ActualSource):
     """``ROOT/<case_id>/<output>.bin|.npy`` (the case id's '/' parts are directories)."""
 
     kind = "directory"
+
+    def __init__(self, path: str):
+        super().__init__(path)
+        self._twins: list[tuple[str, list[str]]] = []     # (file judged, files not read)
 
     def status(self, case_id):
         d = os.path.join(self.path, *case_id.split("/"))
@@ -31,19 +38,30 @@ class TreeSource(ActualSource):
                 d = self.path
             else:
                 return Problem("missing", f"no directory {d} for this case")
-        tried = []
-        for stem in file_names(output, op):
-            for ext in (".bin", ".npy"):
-                p = os.path.join(d, stem + ext)
-                tried.append(stem + ext)
-                if os.path.lexists(p):
-                    src = p
-                    if os.path.isdir(p):
-                        return Problem("unreadable", f"{p}: is a directory", src)
-                    if ext == ".bin":
-                        return open_bin(p, dtype, shape, src)
-                    return open_npy(p, dtype, shape, src)
-        return Problem("missing", f"none of {', '.join(tried)} in {d}")
+        tried = [stem + ext for stem in file_names(output, op) for ext in (".bin", ".npy")]
+        present = [os.path.join(d, name) for name in tried
+                   if os.path.lexists(os.path.join(d, name))]
+        if not present:
+            return Problem("missing", f"none of {', '.join(tried)} in {d}")
+        p = present[0]
+        if len(present) > 1:
+            self._twins.append((p, present[1:]))
+        if os.path.isdir(p):
+            return Problem("unreadable", f"{p}: is a directory", p)
+        if p.endswith(".bin"):
+            return open_bin(p, dtype, shape, p)
+        return open_npy(p, dtype, shape, p)
+
+    def notes(self) -> list[str]:
+        """One line for each output (the first ``MOST_TWIN_NOTES``) that has more than one
+        file: which one was judged and which were not read."""
+        lines = [f"{used} judged; {', '.join(others)} also there, not read (one file per output)"
+                 for used, others in self._twins[:MOST_TWIN_NOTES]]
+        if len(self._twins) > MOST_TWIN_NOTES:
+            lines.append(f"{len(self._twins) - MOST_TWIN_NOTES} more outputs have more than one "
+                         "file: the first of <name>.bin, <name>.npy (aclnn name first) judged "
+                         "each time")
+        return lines
 
     def not_run_reason(self, case_id: str) -> str:
         """Where the case folders are when ACTUAL holds none of them: a folder below it (a
