@@ -12,7 +12,7 @@ import click
 
 from .. import ops
 from ..comparator.judging.standards import STANDARD_NAMES
-from ..goldens.format import UnknownCaseError
+from ..goldens.format import CorruptGoldenError, UnknownCaseError
 from .usage_errors import CliError, OutputPath
 
 __all__ = ["register", "compare_command"]
@@ -62,6 +62,9 @@ __all__ = ["register", "compare_command"]
 @click.option("--scheduler", default=None, metavar="ADDRESS",
               help="Judge on this Dask scheduler's workers (also $REFSPEC_SCHEDULER); they must "
                    "see GOLDEN and ACTUAL.")
+@click.option("--allow-incomplete", is_flag=True,
+              help="Judge against a golden file not marked complete (an interrupted generate), "
+                   "the cases it holds; without it such a file is refused.")
 def compare_command(golden, actual, mapping, msprobe, **options):
     """Judge the outputs in ACTUAL against the golden HDF5 file GOLDEN.
 
@@ -124,11 +127,21 @@ def compare_and_report(golden, source, **options) -> int:
     except (CompareUsageError, MappingError, UnknownCaseError, FrameworkError,
             ImplementationError, SchedulerUnavailable) as exc:
         raise CliError(str(exc)) from None
+    except CorruptGoldenError as exc:
+        raise CliError(golden_damaged(exc)) from None
     except WorkerLost as exc:
         raise CliError(f"{exc}; nothing was written (--jobs 1 judges in this process and shows "
                        "the cause)") from None
     _write_reports(report, options)
     return report.exit_code
+
+
+def golden_damaged(exc: CorruptGoldenError) -> str:
+    """The one line of a comparison stopped by a damaged golden file: its own status, the
+    file, case and dataset, and that no kernel output was blamed."""
+    return (f"GOLDEN DAMAGED: {exc}; a problem of the golden file, not of the kernel's "
+            "outputs: nothing was judged and no report written (`refspec show --verify "
+            "GOLDEN` checks the whole file; generate it again)")
 
 
 def _formats(options: dict) -> list:
