@@ -1,7 +1,8 @@
 """A catalogue of hostile golden files: a sound file, then one thing wrong with it per entry
-(flipped bytes, an index that contradicts the data, missing pieces, storage outside the file,
-objects where numbers belong, a cut file, index text that is not JSON, a file marked
-incomplete). Used by tests/goldens/test_hostile_files.py and benchmarks/bench_faults.py.
+(flipped bytes in an input, an expected and an exact output, an index that contradicts the
+data, missing pieces, storage outside the file, objects where numbers belong, a cut file, index
+text that is not JSON, a file marked incomplete). Used by tests/goldens/test_hostile_files.py,
+tests/comparator/test_hostile_compare.py and benchmarks/bench_faults.py.
 
 Each entry edits a copy with h5py as a hostile or careless tool would, keeping every checksum it
 does not mean to break consistent (the index rows' CRC-32 and the datasets' own), so the check
@@ -98,6 +99,10 @@ def _flip(path: str, dataset: str) -> None:
 
 def flip_chunked(path):
     _flip(path, f"cases/{BIG}/expected/dx")
+
+
+def flip_exact(path):
+    _flip(path, f"cases/{BIG}/exact/dx")
 
 
 def flip_contiguous(path):
@@ -202,6 +207,7 @@ SHOW_CASE, VERIFY, EXPORT = ("show", "FILE", "CASE"), ("show", "--verify", "FILE
 
 CATALOGUE = (
     Hostile("flipped byte, chunked", flip_chunked, ("expected/dx", "Fletcher32"), (VERIFY, EXPORT)),
+    Hostile("flipped byte in exact, chunked", flip_exact, ("exact/dx", "Fletcher32"), (VERIFY,)),
     Hostile("flipped byte, contiguous", flip_contiguous, ("inputs/dy", "CRC-32"), (VERIFY, EXPORT)),
     Hostile("index shape twice the data's", index_shape_twice, ("inputs/dy", "shape"),
             (SHOW_CASE, VERIFY, EXPORT)),

@@ -121,6 +121,7 @@ def compare_and_report(golden, source, **options) -> int:
     from ..goldens.executors import SchedulerUnavailable, WorkerLost
 
     opts = compare_options(options)
+    _clear_reports(options)
     try:
         actual, mapping = source()
         report = compare_with(golden, actual, replace(opts, mapping=mapping))
@@ -148,6 +149,14 @@ def _formats(options: dict) -> list:
     """The report formats whose files were asked for (``--json PATH`` and the like)."""
     from ..comparator.reports.formats import FORMATS
     return [f for name, f in FORMATS.items() if options.get(f"{name}_path") is not None]
+
+
+def _clear_reports(options: dict) -> None:
+    """The earlier reports at the paths asked for removed before anything is judged: a
+    comparison that does not end leaves no report that would pass for its own."""
+    from ..comparator.reports.formats import clear_report
+    for f in _formats(options):
+        clear_report(options[f"{f.name}_path"])
 
 
 def _write_reports(report, options: dict) -> None:

@@ -142,6 +142,11 @@ def compare_with(golden, actual, options: CompareOptions, progress=None) -> Repo
     t0 = time.perf_counter()
     if options.jobs > 1 or options.scheduler:
         return _compare_in_parts(golden, actual, options, progress, t0)
+    return _finished(_compare_here(golden, actual, options, progress), t0)
+
+
+def _compare_here(golden, actual, options: CompareOptions, progress=None) -> Report:
+    """The comparison in this process, before ``_finished``."""
     source = open_source(actual, options.mapping)
     try:
         label, case_iter, n_cases, close, stamp = _cases(golden, options.cases,
@@ -165,7 +170,7 @@ def compare_with(golden, actual, options: CompareOptions, progress=None) -> Repo
         close()
         source.close()
     report.timings = dict(source.timings)
-    return _finished(report, t0)
+    return report
 
 
 def _finished(report: Report, t0: float) -> Report:
@@ -220,8 +225,8 @@ def _judge_cases(case_iter, n_cases, source, statuses, options, report, progress
 def _compare_part(task) -> Report:
     """One group of cases judged in a worker process (or on a Dask worker)."""
     golden, actual, ids, options = task
-    return compare_with(golden, actual, replace(options, case_ids=ids, cases=None,
-                                                operators=None, jobs=1, scheduler=None))
+    return _compare_here(golden, actual, replace(options.checked(), case_ids=ids, cases=None,
+                                                 operators=None, jobs=1, scheduler=None))
 
 
 def _compare_in_parts(golden, actual, options, progress, t0) -> Report:
