@@ -176,6 +176,7 @@ def _compare_here(golden, actual, options: CompareOptions, progress=None) -> Rep
 def _finished(report: Report, t0: float) -> Report:
     """The report with its time, and the note on actual files older than the golden file."""
     if report.older_files:
+        report.older_files.sort()                       # the same order from parts
         note = older_note(report.older_files, report.golden, report.golden_created)
         report.notes.append(note)
         _LOG.warning(note)
@@ -209,6 +210,7 @@ def _judge_cases(case_iter, n_cases, source, statuses, options, report, progress
             case = source.reference(case)
             if statuses is None:
                 code, why = source.status(case.case_id)
+                _older(report, [source.status_file(case.case_id)])
             else:
                 code, why = statuses.get(case.case_id, statuses.get(None)), None
             if not judge_status(case, code, why, report, source, unjudged):
@@ -310,7 +312,7 @@ def _judge_case(case, source, opts: CompareOptions, report: Report, has_status: 
     once for the case)."""
     context = context_of(case.op, case.params)
     goldens_, lookups = _lookups(case, source)
-    _older(report, lookups.values())
+    _older(report, [getattr(a, "path", None) for a in lookups.values()])
     if lookups and not has_status and all(isinstance(v, Problem) and v.status == "missing"
                                           for v in lookups.values()):
         report.not_run.append(NotRun(case.case_id, case.op, source.not_run_reason(case.case_id)
@@ -346,14 +348,13 @@ def _judge_case(case, source, opts: CompareOptions, report: Report, has_status: 
         report.results.append(res)
 
 
-def _older(report: Report, actuals) -> None:
-    """The files among ``actuals`` last written before the golden file was made, in
-    ``report.older_files`` (``sources.ages``)."""
+def _older(report: Report, paths) -> None:
+    """The actual files among ``paths`` (None: no file) last written before the golden file
+    was made, in ``report.older_files`` (``sources.ages``)."""
     since = timestamp(report.golden_created)
     if since is None:
         return
-    for actual in actuals:
-        path = getattr(actual, "path", None)
+    for path in paths:
         if path and is_older(path, since) and path not in report.older_files:
             report.older_files.append(path)
 

@@ -124,11 +124,15 @@ def test_actual_files_older_than_the_golden_are_named(sound, tmp_path):
     old = tmp_path / "actual"
     shutil.copytree(actual, old)
     stale = old / "rope_grad" / "big" / "dx.bin"
+    status = old / "rope_grad" / "small" / "status.json"
+    status.write_text('{"code": 0}')
     os.utime(stale, (1e9, 1e9))                             # 2001
+    os.utime(status, (1e9, 1e9))
     result = invoke("compare", path, old)
     assert result.exit_code == 0
     notes = [ln for ln in result.output.splitlines() if ln.startswith("note: ")]
-    assert len(notes) == 1 and str(stale) in notes[0] and "older than the golden" in notes[0]
+    assert len(notes) == 1 and "older than the golden" in notes[0]
+    assert str(stale) in notes[0] and str(status) in notes[0] and "2 actual files" in notes[0]
     assert str(stale) in result.stderr                      # a warning on stderr too
     assert not any("older than" in n for n in refspec.compare(path, actual).notes)
     report = refspec.compare(path, old, jobs=2)
