@@ -137,3 +137,18 @@ def test_actual_files_older_than_the_golden_are_named(sound, tmp_path):
     assert not any("older than" in n for n in refspec.compare(path, actual).notes)
     report = refspec.compare(path, old, jobs=2)
     assert [n for n in report.notes if "older than" in n] == [notes[0][len("note: "):]]
+
+
+def test_a_damaged_golden_file_given_as_the_actual_outputs_is_unreadable_not_golden(sound,
+                                                                                  tmp_path):
+    """The damage of the file of actual outputs is an input problem of those outputs."""
+    entry = next(e for e in CATALOGUE if e.name == "flipped byte, chunked")
+    actual = hostile_file(sound[0], entry, tmp_path)
+    report = refspec.compare(sound[0], actual, cases=[BIG])
+    row = next(r for r in report.results if r.output == "dx")
+    assert row.status == "unreadable" and "Fletcher32" in row.reason and actual in row.reason
+    assert not report.passed and report.exit_code == 1
+    entry = next(e for e in CATALOGUE if e.name == "index text that is not JSON")
+    actual = hostile_file(sound[0], entry, tmp_path)
+    report = refspec.compare(sound[0], actual, cases=[CASE_OF[entry.name]])
+    assert {r.status for r in report.results} == {"unreadable"}
