@@ -28,7 +28,7 @@ from .judging.options import CompareOptions
 from .judging.outcomes import NotRun, OutputResult
 from .judging.standards import resolve_rule
 from .reports.report import Report
-from .sources.ages import is_older, older_note, timestamp
+from .sources.ages import is_older, older_note, stale_before
 from .sources.arrays import Problem
 from .sources.base import ActualSource, CompareUsageError
 from .sources.opening import open_source
@@ -79,7 +79,7 @@ def _stamp(gf) -> dict:
     """The ``Report`` fields that say which golden file was judged against
     (``Report.provenance``)."""
     return {"golden_digest": gf.digest, "golden_created": gf.created,
-            "golden_complete": gf.complete}
+            "golden_complete": gf.complete, "stale_before": stale_before(gf.attrs)}
 
 
 def compare(golden, actual, *, cases=None, standard: str = "default", rtol: float | None = None,
@@ -258,8 +258,7 @@ def _compare_in_parts(golden, actual, options, progress, t0) -> Report:
         if progress is not None:
             progress(done, len(ids), tasks[i][2][-1])
     report = _joined(parts, ids, golden)
-    report.golden_digest, report.golden_created, report.golden_complete = (
-        stamp["golden_digest"], stamp["golden_created"], stamp["golden_complete"])
+    report = replace(report, **stamp)
     return _finished(report, t0)
 
 
@@ -351,7 +350,7 @@ def _judge_case(case, source, opts: CompareOptions, report: Report, has_status: 
 def _older(report: Report, paths) -> None:
     """The actual files among ``paths`` (None: no file) last written before the golden file
     was made, in ``report.older_files`` (``sources.ages``)."""
-    since = timestamp(report.golden_created)
+    since = report.stale_before
     if since is None:
         return
     for path in paths:

@@ -152,3 +152,18 @@ def test_a_damaged_golden_file_given_as_the_actual_outputs_is_unreadable_not_gol
     actual = hostile_file(sound[0], entry, tmp_path)
     report = refspec.compare(sound[0], actual, cases=[CASE_OF[entry.name]])
     assert {r.status for r in report.results} == {"unreadable"}
+
+
+def test_a_golden_made_from_a_kernels_recorded_runs_names_no_older_file(sound, tmp_path):
+    """`refspec golden` makes goldens from case folders, msprobe dumps and vendor UT folders
+    that hold the kernel's outputs already: those are older than the golden file by nature."""
+    import h5py
+    made_from_folders = tmp_path / "from_folders.h5"
+    shutil.copyfile(sound[0], made_from_folders)
+    with h5py.File(made_from_folders, "r+") as f:
+        f.attrs["sweep_name"] = "case-folders"
+    old = tmp_path / "actual"
+    shutil.copytree(sound[1], old)
+    os.utime(old / "rope_grad" / "big" / "dx.bin", (1e9, 1e9))
+    assert not any("older than" in n for n in refspec.compare(made_from_folders, old).notes)
+    assert any("older than" in n for n in refspec.compare(sound[0], old).notes)

@@ -38,8 +38,10 @@ class Report:
     golden_created: str = ""
     golden_complete: bool = True
     judged_at: str = ""
-    #: actual files last written before the golden file was made (``sources.ages``)
+    #: actual files last written before the golden file was made (``sources.ages``), and the
+    #: time that is (seconds since the epoch; None: not asked, as for cases in memory)
     older_files: list[str] = field(default_factory=list)
+    stale_before: float | None = None
 
     @property
     def judged(self) -> bool:

@@ -8,7 +8,9 @@ from __future__ import annotations
 import os
 from datetime import datetime
 
-__all__ = ["timestamp", "is_older", "older_note", "SHOWN"]
+from ...inputs.user_cases import RECORDED_KINDS
+
+__all__ = ["timestamp", "stale_before", "is_older", "older_note", "SHOWN"]
 
 #: files named in the note (the rest are counted)
 SHOWN = 5
@@ -23,6 +25,16 @@ def timestamp(created: str) -> float | None:
         return datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
+
+
+def stale_before(attrs: dict) -> float | None:
+    """The time (seconds since the epoch) before which an actual file is older than the
+    golden file with root attributes ``attrs``: its ``created`` time; None when it does not
+    say, and for a golden file made from a kernel's recorded runs (``refspec golden``: the
+    kernel's outputs were there before it)."""
+    if attrs.get("sweep_name") in RECORDED_KINDS:
+        return None
+    return timestamp(str(attrs.get("created", "")))
 
 
 def is_older(path: str, since: float) -> bool:
