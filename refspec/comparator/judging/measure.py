@@ -150,6 +150,9 @@ def check_rounding(expected, golden: GoldenOutput, flat0: int, e: np.ndarray,
     golden (its stored bits, or values of the output dtype) is the block ``g`` of the exact
     values rounded once to the output dtype, bit for bit (``refspec.goldens.rounding_mismatch``);
     ``flat0`` is the block's first flat index."""
+    if e.dtype.itemsize != golden.dtype.itemsize:
+        raise expected.corrupt(f"holds {e.dtype} values, but the output is "
+                               f"{golden.dtype_name} in the index")
     if e.dtype != golden.dtype:                 # bfloat16 read raw: its 16-bit patterns
         e = e.view(golden.dtype)
     at = rounding_mismatch(e, g)
