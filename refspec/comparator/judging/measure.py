@@ -194,6 +194,12 @@ def _compile_notice() -> threading.Timer:
 def _load(readers, actual, key, flat0, count):
     """(flat0, a, g, e, S) of one block: the actual flattened, the golden arrays' blocks."""
     g = readers.exact.read(key, flat0, count)
+    e = None if readers.expected is None else readers.expected.read(key, flat0, count)
+    if readers.verify is not None:               # the golden checked before the actual is read
+        check_rounding(readers.verify, readers.golden, flat0, e, g)
+    if not readers.rounded_for_rule:
+        e = None
+    S = None if readers.sum_abs is None else readers.sum_abs.read(key, flat0, count)
     if isinstance(actual, Benchmark):
         a = np.asarray(actual.array[key]).reshape(-1)
     else:
@@ -201,12 +207,6 @@ def _load(readers, actual, key, flat0, count):
             a = actual.read(key, flat0, count).reshape(-1)
         except Exception as exc:  # a file that changed or broke while being read
             raise _ActualUnreadable(one_line(exc)) from None
-    e = None if readers.expected is None else readers.expected.read(key, flat0, count)
-    if readers.verify is not None:
-        check_rounding(readers.verify, readers.golden, flat0, e, g)
-    if not readers.rounded_for_rule:
-        e = None
-    S = None if readers.sum_abs is None else readers.sum_abs.read(key, flat0, count)
     return flat0, a, g, e, S
 
 
