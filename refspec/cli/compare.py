@@ -141,7 +141,7 @@ def golden_damaged(exc: CorruptGoldenError) -> str:
     """The one line of a comparison stopped by a damaged golden file: its own status, the
     file, case and dataset, and that no kernel output was blamed."""
     return (f"GOLDEN DAMAGED: {exc}; a problem of the golden file, not of the kernel's "
-            "outputs: nothing was judged and no report written (`refspec show --verify "
+            "outputs: no verdict given, no report written (`refspec show --verify "
             "GOLDEN` checks the whole file; generate it again)")
 
 
