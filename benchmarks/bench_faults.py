@@ -21,8 +21,8 @@ The faults, on the smoke sweep's default tier (310 cases of every operator):
 - ``concurrent``: a second `generate` (--force or --resume, --jobs 1 or 2) on an output being
   written (the standard sweep's quick tier, a run of several seconds): refused in one line
   naming the file; the first finishes, its file verified whole.
-- ``hostile``: every file of tests/hostile_goldens.py through `show`, `show --verify` and
-  `export`: one line, exit 2.
+- ``hostile``: every file of tests/hostile_goldens.py through `show`, `show --verify`,
+  `export` and `compare` (the file against itself): one line, exit 2.
 
 "Bit-identical" compares every case's metadata and every dataset's bytes, in file order
 (tests/golden_files.py). "Kept" is the number of cases the resume found sound and did not

@@ -1,7 +1,8 @@
 """A catalogue of hostile golden files: a sound file, then one thing wrong with it per entry
-(flipped bytes, an index that contradicts the data, missing pieces, storage outside the file,
-objects where numbers belong, a cut file, index text that is not JSON, a file marked
-incomplete). Used by tests/goldens/test_hostile_files.py and benchmarks/bench_faults.py.
+(flipped bytes in an input, an expected and an exact output, an index that contradicts the
+data, missing pieces, storage outside the file, objects where numbers belong, a cut file, index
+text that is not JSON, a file marked incomplete). Used by tests/goldens/test_hostile_files.py,
+tests/comparator/test_hostile_compare.py and benchmarks/bench_faults.py.
 
 Each entry edits a copy with h5py as a hostile or careless tool would, keeping every checksum it
 does not mean to break consistent (the index rows' CRC-32 and the datasets' own), so the check
@@ -98,6 +99,10 @@ def _flip(path: str, dataset: str) -> None:
 
 def flip_chunked(path):
     _flip(path, f"cases/{BIG}/expected/dx")
+
+
+def flip_exact(path):
+    _flip(path, f"cases/{BIG}/exact/dx")
 
 
 def flip_contiguous(path):
@@ -199,38 +204,46 @@ def expected_nan(path):
 
 SHOW_CASE, VERIFY, EXPORT = ("show", "FILE", "CASE"), ("show", "--verify", "FILE"), (
     "export", "FILE", "-o", "OUT", "--force")
+#: the file judged against itself: its own expected outputs as the actual ones
+COMPARE = ("compare", "FILE", "FILE")
 
 CATALOGUE = (
-    Hostile("flipped byte, chunked", flip_chunked, ("expected/dx", "Fletcher32"), (VERIFY, EXPORT)),
-    Hostile("flipped byte, contiguous", flip_contiguous, ("inputs/dy", "CRC-32"), (VERIFY, EXPORT)),
+    Hostile("flipped byte, chunked", flip_chunked, ("expected/dx", "Fletcher32"),
+            (VERIFY, EXPORT, COMPARE)),
+    Hostile("flipped byte in exact, chunked", flip_exact, ("exact/dx", "Fletcher32"),
+            (VERIFY, COMPARE)),
+    Hostile("flipped byte, contiguous", flip_contiguous, ("inputs/dy", "CRC-32"),
+            (VERIFY, EXPORT, COMPARE)),
     Hostile("index shape twice the data's", index_shape_twice, ("inputs/dy", "shape"),
-            (SHOW_CASE, VERIFY, EXPORT)),
+            (SHOW_CASE, VERIFY, EXPORT, COMPARE)),
     Hostile("negative shape in the index", negative_shape, ("inputs/dy", "shape"),
-            (SHOW_CASE, VERIFY, EXPORT)),
+            (SHOW_CASE, VERIFY, EXPORT, COMPARE)),
     Hostile("float16 data under a float32 label", float16_under_float32, ("inputs/dy", "float16"),
-            (SHOW_CASE, VERIFY, EXPORT)),
+            (SHOW_CASE, VERIFY, EXPORT, COMPARE)),
     Hostile("int32 data under a float32 label", int32_under_float32, ("inputs/dy", "int32"),
-            (SHOW_CASE, VERIFY, EXPORT)),
+            (SHOW_CASE, VERIFY, EXPORT, COMPARE)),
     Hostile("missing dataset", missing_dataset, ("expected/dx", "missing"),
-            (SHOW_CASE, VERIFY, EXPORT)),
+            (SHOW_CASE, VERIFY, EXPORT, COMPARE)),
     Hostile("missing root attribute", missing_root_attribute, ("schema_version",),
-            (("show", "FILE"), VERIFY, EXPORT)),
+            (("show", "FILE"), VERIFY, EXPORT, COMPARE)),
     Hostile("missing index key", missing_meta_key, ("/summary/meta", "params"),
-            (SHOW_CASE, VERIFY, EXPORT)),
+            (SHOW_CASE, VERIFY, EXPORT, COMPARE)),
     Hostile("external storage", external_storage, ("inputs/dy", "external"),
-            (SHOW_CASE, VERIFY, EXPORT)),
+            (SHOW_CASE, VERIFY, EXPORT, COMPARE)),
     Hostile("virtual dataset", virtual_dataset, ("inputs/dy", "virtual"),
-            (SHOW_CASE, VERIFY, EXPORT)),
+            (SHOW_CASE, VERIFY, EXPORT, COMPARE)),
     Hostile("object array", object_array, ("inputs/dy", "not numbers"),
-            (SHOW_CASE, VERIFY, EXPORT)),
-    Hostile("truncated file", truncated, ("truncated",), (("show", "FILE"), VERIFY, EXPORT)),
+            (SHOW_CASE, VERIFY, EXPORT, COMPARE)),
+    Hostile("truncated file", truncated, ("truncated",),
+            (("show", "FILE"), VERIFY, EXPORT, COMPARE)),
     Hostile("index text that is not JSON", index_not_json, ("/summary/meta", "JSON"),
-            (SHOW_CASE, VERIFY, EXPORT)),
+            (SHOW_CASE, VERIFY, EXPORT, COMPARE)),
     Hostile("index row changed", index_row_changed, ("/summary", "checksum"),
-            (("show", "FILE"), VERIFY, EXPORT)),
+            (("show", "FILE"), VERIFY, EXPORT, COMPARE)),
     Hostile("file marked incomplete", marked_incomplete, ("incomplete", "--allow-incomplete"),
-            (("show", "FILE"), VERIFY, EXPORT)),
-    Hostile("expected set to NaN", expected_nan, ("expected/dx", "rounded once"), (VERIFY,)),
+            (("show", "FILE"), VERIFY, EXPORT, COMPARE)),
+    Hostile("expected set to NaN", expected_nan, ("expected/dx", "rounded once"),
+            (VERIFY, COMPARE)),
 )
 
 #: the case each entry damages (what `show FILE CASE` asks for)

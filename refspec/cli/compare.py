@@ -12,7 +12,7 @@ import click
 
 from .. import ops
 from ..comparator.judging.standards import STANDARD_NAMES
-from ..goldens.format import UnknownCaseError
+from ..goldens.format import CorruptGoldenError, UnknownCaseError
 from .usage_errors import CliError, OutputPath
 
 __all__ = ["register", "compare_command"]
@@ -62,6 +62,9 @@ __all__ = ["register", "compare_command"]
 @click.option("--scheduler", default=None, metavar="ADDRESS",
               help="Judge on this Dask scheduler's workers (also $REFSPEC_SCHEDULER); they must "
                    "see GOLDEN and ACTUAL.")
+@click.option("--allow-incomplete", is_flag=True,
+              help="Judge against a golden file not marked complete (an interrupted generate), "
+                   "the cases it holds; without it such a file is refused.")
 def compare_command(golden, actual, mapping, msprobe, **options):
     """Judge the outputs in ACTUAL against the golden HDF5 file GOLDEN.
 
@@ -118,12 +121,15 @@ def compare_and_report(golden, source, **options) -> int:
     from ..goldens.executors import SchedulerUnavailable, WorkerLost
 
     opts = compare_options(options)
+    _clear_reports(options)
     try:
         actual, mapping = source()
         report = compare_with(golden, actual, replace(opts, mapping=mapping))
     except (CompareUsageError, MappingError, UnknownCaseError, FrameworkError,
             ImplementationError, SchedulerUnavailable) as exc:
         raise CliError(str(exc)) from None
+    except CorruptGoldenError as exc:
+        raise CliError(golden_damaged(exc)) from None
     except WorkerLost as exc:
         raise CliError(f"{exc}; nothing was written (--jobs 1 judges in this process and shows "
                        "the cause)") from None
@@ -131,10 +137,26 @@ def compare_and_report(golden, source, **options) -> int:
     return report.exit_code
 
 
+def golden_damaged(exc: CorruptGoldenError) -> str:
+    """The one line of a comparison stopped by a damaged golden file: its own status, the
+    file, case and dataset, and that no kernel output was blamed."""
+    return (f"GOLDEN DAMAGED: {exc}; a problem of the golden file, not of the kernel's "
+            "outputs: no verdict given, no report written (`refspec show --verify "
+            "GOLDEN` checks the whole file; generate it again)")
+
+
 def _formats(options: dict) -> list:
     """The report formats whose files were asked for (``--json PATH`` and the like)."""
     from ..comparator.reports.formats import FORMATS
     return [f for name, f in FORMATS.items() if options.get(f"{name}_path") is not None]
+
+
+def _clear_reports(options: dict) -> None:
+    """The earlier reports at the paths asked for removed before anything is judged: a
+    comparison that does not end leaves no report that would pass for its own."""
+    from ..comparator.reports.formats import clear_report
+    for f in _formats(options):
+        clear_report(options[f"{f.name}_path"])
 
 
 def _write_reports(report, options: dict) -> None:

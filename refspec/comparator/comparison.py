@@ -7,41 +7,47 @@ everything gathered in a ``reports.report.Report``. In one process, or in parts 
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from .. import goldens
-from ..goldens.format import UnknownCaseError
+from ..goldens.format import GoldenFileError, UnknownCaseError
 from ..goldens.selection import narrow, select_ids
+from ..goldens.write import utc_now
 from ..spec.errors import one_line
 from .diagnosis.diagnose import diagnose_output
 from .judging.benchmark import Attainable, BenchmarkUnavailable, float32_benchmark
 from .judging.case_statuses import judge_status, math_only_note
-from .judging.golden_output import golden_output
+from .judging.golden_output import check_golden_case, golden_output
 from .judging.judge import JudgedOutput, judge
 from .judging.naming import context_of
 from .judging.options import CompareOptions
 from .judging.outcomes import NotRun, OutputResult
 from .judging.standards import resolve_rule
 from .reports.report import Report
+from .sources.ages import is_older, older_note, stale_before
 from .sources.arrays import Problem
 from .sources.base import ActualSource, CompareUsageError
 from .sources.opening import open_source
 
 __all__ = ["compare", "compare_with", "MAX_THREADS"]
 
+_LOG = logging.getLogger("refspec")
+
 #: threads that judge the blocks of one output side by side (at most the CPUs this process
 #: may use)
 MAX_THREADS = 4
 
 
-def _cases(golden, selectors, operators=None, case_ids=None, socs=None):
+def _cases(golden, selectors, operators=None, case_ids=None, socs=None,
+           allow_incomplete=False):
     """(label, list of cases, closer) for a path, an open GoldenFile, or case objects."""
     if isinstance(golden, (str, os.PathLike, goldens.GoldenFile)):
         own = not isinstance(golden, goldens.GoldenFile)
-        gf = goldens.open(golden) if own else golden
+        gf = goldens.open(golden, allow_incomplete) if own else golden
         try:
             if case_ids is not None:
                 missing = [i for i in case_ids if i not in gf]
@@ -55,7 +61,7 @@ def _cases(golden, selectors, operators=None, case_ids=None, socs=None):
                 gf.close()
             raise
         return (os.fspath(golden) if own else gf.path, (gf[i] for i in ids), len(ids),
-                gf.close if own else (lambda: None))
+                gf.close if own else (lambda: None), _stamp(gf))
     cases = list(golden) if isinstance(golden, (list, tuple)) else [golden]
     if selectors:
         import fnmatch
@@ -66,7 +72,14 @@ def _cases(golden, selectors, operators=None, case_ids=None, socs=None):
                       "compare() was given", ("case", "operator", "soc")))
     cases = [c for c in cases if c.case_id in kept]
     label = cases[0].case_id if len(cases) == 1 else f"{len(cases)} cases"
-    return label, iter(cases), len(cases), lambda: None
+    return label, iter(cases), len(cases), lambda: None, {}
+
+
+def _stamp(gf) -> dict:
+    """The ``Report`` fields that say which golden file was judged against
+    (``Report.provenance``)."""
+    return {"golden_digest": gf.digest, "golden_created": gf.created,
+            "golden_complete": gf.complete, "stale_before": stale_before(gf.attrs)}
 
 
 def compare(golden, actual, *, cases=None, standard: str = "default", rtol: float | None = None,
@@ -74,7 +87,8 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
             ratio_level: str | None = None, heatmaps: bool = False,
             heatmap_axes: str | None = None, progress=None, fast: bool | None = None, status=None,
             only_present: bool = False, operators=None, case_ids=None, jobs: int = 1,
-            scheduler: str | None = None, socs=None, diagnose: bool = True) -> Report:
+            scheduler: str | None = None, socs=None, diagnose: bool = True,
+            allow_incomplete: bool = False) -> Report:
     """Judge a kernel's outputs against golden cases.
 
     ``golden``: a golden HDF5 path, an open ``refspec.goldens.GoldenFile``, or case objects
@@ -101,15 +115,23 @@ def compare(golden, actual, *, cases=None, standard: str = "default", rtol: floa
     such as ``refspec run``'s ``Implementation``); the report is the one a single process
     gives. ``diagnose``: each failing output gets its diagnosis (``OutputResult.diagnosis``,
     docs/compare.md "Diagnosis"); False leaves it out.
+    ``allow_incomplete``: judge against a golden file not marked complete (an interrupted
+    run), the cases it holds; without it such a file is refused
+    (``refspec.goldens.IncompleteGoldenError``).
     Input problems become per-output statuses; ``CompareUsageError`` and
-    ``refspec.goldens.GoldenFileError`` are raised for unusable arguments.
+    ``refspec.goldens.GoldenFileError`` are raised for unusable arguments. A damaged golden
+    file (a dataset whose checksum fails, that is missing, stored outside the file, not what
+    the index describes, an expected output that is not its exact value rounded once) is
+    ``refspec.goldens.CorruptGoldenError`` naming the file, the case and the dataset, never
+    a verdict on the kernel's outputs: every dataset of a case is checked before the case is
+    judged, and the expected outputs against the exact ones as they are read.
     """
     options = CompareOptions(standard=standard, rtol=rtol, atol=atol, saturation=saturation,
                              top=top, ratio_level=ratio_level, heatmap_axes=heatmap_axes,
                              heatmaps=heatmaps, fast=fast, cases=cases, mapping=mapping,
                              status=status, only_present=only_present, operators=operators,
                              case_ids=case_ids, jobs=jobs, scheduler=scheduler, socs=socs,
-                             diagnose=diagnose)
+                             diagnose=diagnose, allow_incomplete=allow_incomplete)
     return compare_with(golden, actual, options, progress)
 
 
@@ -120,10 +142,16 @@ def compare_with(golden, actual, options: CompareOptions, progress=None) -> Repo
     t0 = time.perf_counter()
     if options.jobs > 1 or options.scheduler:
         return _compare_in_parts(golden, actual, options, progress, t0)
+    return _finished(_compare_here(golden, actual, options, progress), t0)
+
+
+def _compare_here(golden, actual, options: CompareOptions, progress=None) -> Report:
+    """The comparison in this process, before ``_finished``."""
     source = open_source(actual, options.mapping)
     try:
-        label, case_iter, n_cases, close = _cases(golden, options.cases, options.operators,
-                                                  options.case_ids, options.socs)
+        label, case_iter, n_cases, close, stamp = _cases(golden, options.cases,
+                                                         options.operators, options.case_ids,
+                                                         options.socs, options.allow_incomplete)
     except BaseException:
         source.close()
         raise
@@ -135,7 +163,7 @@ def compare_with(golden, actual, options: CompareOptions, progress=None) -> Repo
         raise
     report = Report(golden=label, actual=getattr(source, "path", str(actual)),
                     standard=options.standard, overrides=options.overrides,
-                    saturation=options.saturation, only_present=options.only_present)
+                    saturation=options.saturation, only_present=options.only_present, **stamp)
     try:
         _judge_cases(case_iter, n_cases, source, statuses, options, report, progress)
         report.notes += [n for n in source.notes() if n not in report.notes]
@@ -143,7 +171,18 @@ def compare_with(golden, actual, options: CompareOptions, progress=None) -> Repo
         close()
         source.close()
     report.timings = dict(source.timings)
+    return report
+
+
+def _finished(report: Report, t0: float) -> Report:
+    """The report with its time, and the note on actual files older than the golden file."""
+    if report.older_files:
+        report.older_files.sort()                       # the same order from parts
+        note = older_note(report.older_files, report.golden, report.golden_created)
+        report.notes.append(note)
+        _LOG.warning(note)
     report.elapsed = time.perf_counter() - t0
+    report.judged_at = utc_now()
     return report
 
 
@@ -168,9 +207,11 @@ def _judge_cases(case_iter, n_cases, source, statuses, options, report, progress
     try:
         for i, case in enumerate(case_iter):
             source.single_case = case.case_id if n_cases == 1 else None
+            check_golden_case(case)
             case = source.reference(case)
             if statuses is None:
                 code, why = source.status(case.case_id)
+                _older(report, [source.status_file(case.case_id)])
             else:
                 code, why = statuses.get(case.case_id, statuses.get(None)), None
             if not judge_status(case, code, why, report, source, unjudged):
@@ -187,8 +228,8 @@ def _judge_cases(case_iter, n_cases, source, statuses, options, report, progress
 def _compare_part(task) -> Report:
     """One group of cases judged in a worker process (or on a Dask worker)."""
     golden, actual, ids, options = task
-    return compare_with(golden, actual, replace(options, case_ids=ids, cases=None,
-                                                operators=None, jobs=1, scheduler=None))
+    return _compare_here(golden, actual, replace(options.checked(), case_ids=ids, cases=None,
+                                                 operators=None, jobs=1, scheduler=None))
 
 
 def _compare_in_parts(golden, actual, options, progress, t0) -> Report:
@@ -203,8 +244,9 @@ def _compare_in_parts(golden, actual, options, progress, t0) -> Report:
     golden = os.fspath(golden)
     actual = os.fspath(actual) if isinstance(actual, os.PathLike) else actual
     open_source(actual, options.mapping).close()        # usage errors before any work
-    with goldens.open(golden) as gf:
+    with goldens.open(golden, options.allow_incomplete) as gf:
         ids = select_ids(gf, options.cases, options.operators, options.socs)
+        stamp = _stamp(gf)
         size = {r.case_id: r.data_bytes for r in gf.summary()}
     jobs, scheduler = options.jobs, options.scheduler
     workers = executors.worker_count(scheduler) if scheduler else jobs
@@ -217,8 +259,8 @@ def _compare_in_parts(golden, actual, options, progress, t0) -> Report:
         if progress is not None:
             progress(done, len(ids), tasks[i][2][-1])
     report = _joined(parts, ids, golden)
-    report.elapsed = time.perf_counter() - t0
-    return report
+    report = replace(report, **stamp)
+    return _finished(report, t0)
 
 
 #: the work of judging a case beyond its bytes, in bytes (for splitting a run into parts)
@@ -238,6 +280,7 @@ def _joined(parts: list[Report], ids: list[str], golden: str) -> Report:
         report.results += part.results
         report.not_run += part.not_run
         report.timings.update(part.timings)
+        report.older_files += part.older_files
         report.notes += [n for n in part.notes if n not in report.notes]
     report.results.sort(key=lambda r: order[r.case_id])       # stable: outputs keep their order
     report.not_run.sort(key=lambda n: order[n.case_id])
@@ -269,6 +312,7 @@ def _judge_case(case, source, opts: CompareOptions, report: Report, has_status: 
     once for the case)."""
     context = context_of(case.op, case.params)
     goldens_, lookups = _lookups(case, source)
+    _older(report, [getattr(a, "path", None) for a in lookups.values()])
     if lookups and not has_status and all(isinstance(v, Problem) and v.status == "missing"
                                           for v in lookups.values()):
         report.not_run.append(NotRun(case.case_id, case.op, source.not_run_reason(case.case_id)
@@ -282,6 +326,8 @@ def _judge_case(case, source, opts: CompareOptions, report: Report, has_status: 
             rule = resolve_rule(opts.standard, golden.dtype_name, golden.comparison_class,
                                 golden.K, rtol=opts.rtol, atol=opts.atol, op=case.op,
                                 ratio_level=opts.ratio_level)
+        except GoldenFileError:
+            raise
         except Exception as exc:
             report.results.append(OutputResult(case.case_id, case.op, name, context,
                                                regenerate=case.regenerate)
@@ -302,6 +348,17 @@ def _judge_case(case, source, opts: CompareOptions, report: Report, has_status: 
         report.results.append(res)
 
 
+def _older(report: Report, paths) -> None:
+    """The actual files among ``paths`` (None: no file) last written before the golden file
+    was made, in ``report.older_files`` (``sources.ages``)."""
+    since = report.stale_before
+    if since is None:
+        return
+    for path in paths:
+        if path and is_older(path, since) and path not in report.older_files:
+            report.older_files.append(path)
+
+
 def _lookups(case, source) -> tuple[dict, dict]:
     """The golden outputs of a case and the actual of each (an ActualArray or a Problem)."""
     goldens_, lookups = {}, {}
@@ -310,6 +367,8 @@ def _lookups(case, source) -> tuple[dict, dict]:
             golden = goldens_[name] = golden_output(case, name)
             lookups[name] = source.lookup(case.case_id, case.op, name, golden.dtype,
                                           golden.shape)
+        except GoldenFileError:
+            raise
         except Exception as exc:  # a reader bug must not end the run
             lookups[name] = Problem("unreadable", f"{one_line(exc)}")
     return goldens_, lookups
@@ -323,5 +382,7 @@ def _ratio_benchmark(case, opts: CompareOptions) -> tuple[dict | None, str | Non
         return float32_benchmark(case), None
     except BenchmarkUnavailable as exc:
         return None, str(exc)
+    except GoldenFileError:
+        raise
     except Exception as exc:  # inputs the spec rejects, and the like
         return None, f"benchmark failed: {one_line(exc)}"

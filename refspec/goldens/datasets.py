@@ -166,6 +166,13 @@ class LazyArray:
         except Exception:  # an HDF5 build without the chunk queries, and the like
             return None
 
+    def check(self) -> None:
+        """Open the dataset and check it against its description in the index, and a
+        contiguous dataset's bytes against their CRC-32 (read once, whole); a chunked
+        dataset's chunks are checked as they are read. ``CorruptGoldenError`` otherwise."""
+        if self._dsid is not None and self.size:
+            self._check_crc()
+
     def __len__(self):
         if not self.shape:
             raise TypeError("len() of a 0-d array")

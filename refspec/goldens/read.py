@@ -15,6 +15,7 @@ checksum when it is read; every problem of the file is a ``CorruptGoldenError`` 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -183,6 +184,7 @@ class GoldenFile:
         self._file = _open_h5(self.path)
         self._parts: dict[str, h5py.File] | None = None
         self._row_of = None
+        self._digest = None
         try:
             self._read_root(allow_incomplete)
         except BaseException as exc:
@@ -217,6 +219,28 @@ class GoldenFile:
     @property
     def complete(self) -> bool:
         return bool(self.attrs.get("complete", False))
+
+    @property
+    def created(self) -> str:
+        """When the file was made (its ``created`` attribute, ISO 8601 UTC: a resumed file
+        keeps its first run's time, a merged one the merge's); "" when it does not say."""
+        return str(self.attrs.get("created", ""))
+
+    @property
+    def digest(self) -> str:
+        """``sha256:<hex>``: the SHA-256 of the file's root attributes and its index (every
+        case's id, operator, dtype, chip profile and metadata, which hold each dataset's
+        dtype, shape and, for a contiguous one, the CRC-32 of its bytes). The same for the
+        file wherever it is copied; another for every file made anew (``created`` differs)
+        or changed in what it describes. It reads no array: the arrays' bytes are covered by
+        their own checksums, checked as they are read. Computed once."""
+        if self._digest is None:
+            h = hashlib.sha256()
+            h.update(json.dumps(self.attrs, sort_keys=True, default=str).encode("utf-8"))
+            for row in self.summary():
+                h.update(json.dumps(list(row), default=str).encode("utf-8", "surrogateescape"))
+            self._digest = f"sha256:{h.hexdigest()}"
+        return self._digest
 
     @property
     def part_files(self) -> list[str]:

@@ -24,7 +24,7 @@ from ..goldens.engine import Summary
 from ..goldens.format import check_case_id
 from .tensor_files import TensorFileError
 
-__all__ = ["InputError", "UserCase", "UNSTATED", "write_user_cases", "check_ids",
+__all__ = ["InputError", "UserCase", "UNSTATED", "RECORDED_KINDS", "write_user_cases", "check_ids",
            "attribute_value"]
 
 #: a case whose description says nothing about the outcome the profile must give
@@ -93,6 +93,12 @@ def _compute(case: UserCase, threads: int) -> CaseData:
         raise InputError(f"{case.where}: the description says the inputs are {said}, but the "
                          f"spec for profile {case.params.get('soc') or 'math only'} {found}")
     return data
+
+
+#: the ``sweep_name`` of a golden file made by ``refspec golden`` from a kernel's recorded runs
+#: (case folders, an msprobe dump, a vendor UT folder): those files, the kernel's outputs
+#: among them, are older than the golden file by nature
+RECORDED_KINDS = ("case-folders", "msprobe", "vendor-ut")
 
 
 def write_user_cases(out, cases: list[UserCase], *, sweep_name: str, sweep_definition: str,

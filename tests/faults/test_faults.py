@@ -6,6 +6,7 @@ benchmarks/bench_faults.py tries many more moments and counts the outcomes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -221,3 +222,31 @@ def test_a_killed_compare_leaves_no_report_half_written(reference, tmp_path):
             json.loads(report.read_text())               # whole, or not there
         assert run("compare", path, d, "--json", report).returncode == 0
         assert json.loads(report.read_text())
+
+
+def test_a_killed_compare_leaves_no_earlier_report_that_passes_for_its_own(reference, tmp_path):
+    """An earlier run's report at the same path (marked by its time) is gone once a compare
+    has started: a killed one leaves no report, or its own whole one; the next run removes the
+    temporaries the killed ones left."""
+    path = reference[1][0]
+    report = tmp_path / "r.json"
+    t0 = time.monotonic()
+    assert run("compare", path, path, "--json", report).returncode == 0
+    seconds = time.monotonic() - t0
+    earlier = json.loads(report.read_text())
+    earlier["judged_at"] = "2000-01-01T00:00:00Z"
+    for t in moments(31, seconds, 6):
+        report.write_text(json.dumps(earlier))
+        proc = start("compare", path, path, "--json", report)
+        while report.exists() and proc.poll() is None:        # until the compare has begun
+            time.sleep(0.005)
+        time.sleep(t / 2)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=600)
+        if report.exists():                                   # it ended first: its own report
+            assert json.loads(report.read_text())["judged_at"] > earlier["judged_at"]
+    done = run("compare", path, path, "--json", report)
+    assert done.returncode == 0 and json.loads(report.read_text())["judged_at"] > "2000"
+    assert [f for f in os.listdir(tmp_path) if f.endswith(".tmp")] == []
+

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import ops
+from ...goldens.format import GoldenFileError
 from ...spec.dtypes import round_to
 from ...spec.errors import one_line
 
@@ -57,6 +58,8 @@ class Attainable:
         if self._answer is None:
             try:
                 self._answer = (unattainable(self.case), "")
+            except GoldenFileError:
+                raise                         # a damaged golden file is never an answer
             except Exception as exc:  # inputs the check cannot read: judged as they are
                 self._answer = ("", one_line(exc))
         return self._answer

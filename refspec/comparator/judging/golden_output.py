@@ -11,7 +11,10 @@ import numpy as np
 from ...spec.dtypes import dtype_name, resolve_dtype
 from .naming import axis_names
 
-__all__ = ["GoldenOutput", "golden_output"]
+__all__ = ["GoldenOutput", "golden_output", "check_golden_case", "GOLDEN_GROUPS"]
+
+#: the groups of a golden case's arrays
+GOLDEN_GROUPS = ("inputs", "expected", "exact", "sum_abs")
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,3 +49,20 @@ def golden_output(case, name: str) -> GoldenOutput:
     return GoldenOutput(name=name, dtype=dt, dtype_name=meta.get("dtype") or dtype_name(dt),
                         shape=tuple(exact.shape), comparison_class=meta.get("comparison_class"),
                         K=meta.get("reduced_terms"), axes=meta.get("axes") or "", exact=exact)
+
+
+def check_golden_case(case) -> None:
+    """Every dataset of a golden file's case checked before anything of it is judged
+    (``refspec.goldens.LazyArray.check``: stored in the file, of the dtype and shape the
+    index gives, a small contiguous one against its CRC-32; a chunked one's Fletcher32
+    checksum is checked as the pass reads it). Only the datasets the file holds: a case
+    computed in memory, and the sums a file of schema 1 lacks, have nothing to check.
+    ``refspec.goldens.CorruptGoldenError`` names the file, the case and the dataset."""
+    meta = getattr(case, "meta", None)
+    described = meta.get("arrays", {}) if isinstance(meta, dict) else {}
+    for group in GOLDEN_GROUPS:
+        arrays = getattr(case, group, None)
+        for name in described.get(group, {}) if arrays is not None else ():
+            check = getattr(arrays[name], "check", None)
+            if check is not None:
+                check()

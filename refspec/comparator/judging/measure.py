@@ -16,9 +16,12 @@ import logging
 import threading
 from collections import deque
 from concurrent.futures import wait
+from typing import NamedTuple
 
 import numpy as np
 
+from ...goldens.format import GoldenFileError
+from ...goldens.integrity import rounding_mismatch
 from ...spec.errors import one_line
 from .bounds import element_bounds
 from .compiled_blocks import CompiledBlocks
@@ -78,12 +81,12 @@ def measure(case, golden: GoldenOutput, actual, rule: Rule | None, options,
                 numpy_block(bounds, acc, *_load(readers, actual, key, flat0, count))
     except _ActualUnreadable as exc:
         raise MeasureProblem("unreadable", f"{actual.source}: {exc}") from None
+    except GoldenFileError:
+        raise                    # the golden file's problem (a damaged file), not the output's
     except Exception as exc:
         raise MeasureProblem("error", f"reading the golden failed: {one_line(exc)}") from None
     finally:
-        for rd in readers:
-            if rd is not None:
-                rd.close()
+        readers.close()
     return acc.finish()
 
 
@@ -102,17 +105,62 @@ def block_plan(golden: GoldenOutput, read_elements: int) -> list:
     return list(plan_blocks(golden.shape, read_elements, getattr(golden.exact, "chunks", None)))
 
 
-def _readers(case, golden, bounds, sum_abs) -> tuple:
+class _Readers(NamedTuple):
+    """The block readers of one output's golden arrays: the exact values, the rounded golden
+    (``expected``, None when neither the rule nor the check reads it), the sums of |terms|
+    (None when the rule does not use them); ``rounded_for_rule``: the rule reads the rounded
+    golden; ``verify``: the rounded golden comes from a golden file and each of its blocks is
+    checked against the exact one (``check_rounding``)."""
+
+    exact: BlockReader
+    expected: BlockReader | None
+    sum_abs: BlockReader | None
+    rounded_for_rule: bool
+    golden: GoldenOutput
+    verify: object = None            # the expected LazyArray being checked, or None
+
+    def close(self) -> None:
+        for rd in (self.exact, self.expected, self.sum_abs):
+            if rd is not None:
+                rd.close()
+
+
+def _readers(case, golden, bounds, sum_abs) -> _Readers:
     """Block readers of the exact golden, the rounded golden and the sums of |terms| (None for
-    what the rule does not use)."""
-    expected = case.expected[golden.name] if bounds.needs_expected else None
+    what is not read). A golden file's rounded golden is always read, to be checked block by
+    block against the exact values the pass reads anyway (docs/compare.md, "A damaged
+    golden file")."""
+    expected = case.expected[golden.name]
+    verify = expected if hasattr(expected, "corrupt") else None     # a golden file's dataset
+    if not bounds.needs_expected and verify is None:
+        expected = None
     if not bounds.uses_sum_abs:
         sum_abs = None
     elif golden.name in case.sum_abs:
         sum_abs = case.sum_abs[golden.name]
-    return (BlockReader(golden.exact, np.float64),
-            None if expected is None else BlockReader(expected),
-            None if sum_abs is None else BlockReader(sum_abs, np.float64))
+    return _Readers(BlockReader(golden.exact, np.float64),
+                    None if expected is None else BlockReader(expected),
+                    None if sum_abs is None else BlockReader(sum_abs, np.float64),
+                    bounds.needs_expected, golden, verify)
+
+
+def check_rounding(expected, golden: GoldenOutput, flat0: int, e: np.ndarray,
+                   g: np.ndarray) -> None:
+    """``CorruptGoldenError`` (``expected.corrupt``) unless the block ``e`` of the rounded
+    golden (its stored bits, or values of the output dtype) is the block ``g`` of the exact
+    values rounded once to the output dtype, bit for bit (``refspec.goldens.rounding_mismatch``);
+    ``flat0`` is the block's first flat index."""
+    if e.dtype.itemsize != golden.dtype.itemsize:
+        raise expected.corrupt(f"holds {e.dtype} values, but the output is "
+                               f"{golden.dtype_name} in the index")
+    if e.dtype != golden.dtype:                 # bfloat16 read raw: its 16-bit patterns
+        e = e.view(golden.dtype)
+    at = rounding_mismatch(e, g)
+    if at is not None:
+        index = tuple(int(i) for i in np.unravel_index(flat0 + at, golden.shape))
+        raise expected.corrupt(f"element {index} is not exact/{golden.name} rounded once to "
+                               f"{golden.dtype_name} (the golden was changed after it was "
+                               "computed)")
 
 
 def _compiled_pass(blocks: CompiledBlocks, readers, actual, plan, pool) -> None:
@@ -145,8 +193,13 @@ def _compile_notice() -> threading.Timer:
 
 def _load(readers, actual, key, flat0, count):
     """(flat0, a, g, e, S) of one block: the actual flattened, the golden arrays' blocks."""
-    rd_g, rd_e, rd_S = readers
-    g = rd_g.read(key, flat0, count)
+    g = readers.exact.read(key, flat0, count)
+    e = None if readers.expected is None else readers.expected.read(key, flat0, count)
+    if readers.verify is not None:               # the golden checked before the actual is read
+        check_rounding(readers.verify, readers.golden, flat0, e, g)
+    if not readers.rounded_for_rule:
+        e = None
+    S = None if readers.sum_abs is None else readers.sum_abs.read(key, flat0, count)
     if isinstance(actual, Benchmark):
         a = np.asarray(actual.array[key]).reshape(-1)
     else:
@@ -154,8 +207,6 @@ def _load(readers, actual, key, flat0, count):
             a = actual.read(key, flat0, count).reshape(-1)
         except Exception as exc:  # a file that changed or broke while being read
             raise _ActualUnreadable(one_line(exc)) from None
-    e = None if rd_e is None else rd_e.read(key, flat0, count)
-    S = None if rd_S is None else rd_S.read(key, flat0, count)
     return flat0, a, g, e, S
 
 

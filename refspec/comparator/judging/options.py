@@ -56,6 +56,7 @@ class CompareOptions:
     scheduler: str | None = None
     socs: tuple | list | None = None
     diagnose: bool = True                 # failing outputs get their diagnosis
+    allow_incomplete: bool = False        # judge against a golden file not marked complete
 
     def checked(self) -> "CompareOptions":
         """These options with the selection normalised (``socs`` as profiles, ``cases`` a

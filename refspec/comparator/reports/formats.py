@@ -8,12 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from ...goldens.atomic import write_text_atomic
+import os
+
+from ...goldens.atomic import temporaries, write_text_atomic
 from .render_html import render_html
 from .render_json import render_json
 from .render_junit import render_junit
 
-__all__ = ["ReportFormat", "FORMATS", "write_report"]
+__all__ = ["ReportFormat", "FORMATS", "write_report", "clear_report"]
 
 
 @dataclass(frozen=True)
@@ -34,8 +36,42 @@ FORMATS = {f.name: f for f in (ReportFormat("json", render_json),
 
 
 def write_report(report, name: str, path) -> None:
-    """The report in the format ``name``, written to ``path`` atomically (nothing half
-    written)."""
+    """The report in the format ``name``, written to ``path`` atomically (under a temporary
+    name in the same folder, then renamed: nothing half written), and the temporaries killed
+    writers left beside it removed."""
     if name not in FORMATS:
         raise ValueError(f"unknown report format {name!r}; the formats: {', '.join(FORMATS)}")
     write_text_atomic(path, FORMATS[name].render(report))
+    _remove_left_temporaries(path)
+
+
+def clear_report(path) -> None:
+    """Remove the report at ``path`` (a file) before a comparison that will write it again,
+    so a comparison that is stopped (killed, interrupted, a damaged golden file) leaves no
+    earlier report that would pass for its own; and the temporaries that writers killed
+    while writing it left."""
+    path = os.fspath(path)
+    if os.path.isfile(path) or os.path.islink(path):
+        os.remove(path)
+    _remove_left_temporaries(path)
+
+
+def _remove_left_temporaries(path) -> None:
+    """The temporaries of ``path`` (``.NAME.PID.tmp``) whose writing process has ended."""
+    for tmp in temporaries(path):
+        pid = tmp.rsplit(".", 2)[-2]
+        if pid.isdigit() and not _running(int(pid)):
+            try:
+                os.remove(tmp)
+            except FileNotFoundError:
+                pass
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:            # another user's process
+        return True
+    return True

@@ -155,7 +155,8 @@ def _header(report, e) -> list[str]:
            f"<title>refspec compare: {e(report.summary_line())}</title>",
            f"<style>{_CSS}</style></head><body>",
            f"<h1>refspec compare</h1><p><b>{e(report.summary_line())}</b></p>",
-           f"<p>golden: <code>{e(report.golden)}</code><br>actual: <code>{e(str(report.actual))}</code></p>"]
+           f"<p>golden: <code>{e(report.golden)}</code><br>actual: <code>{e(str(report.actual))}</code></p>",
+           f"<p>{e(report.provenance_line())}</p>"]
     if report.timings:
         slow = sorted(report.timings.items(), key=lambda kv: -kv[1])[:10]
         out.append(f"<p>{e(report.timing_line())}</p><details><summary>the slowest cases"

@@ -29,7 +29,8 @@ def render_junit(report) -> str:
                                    + (not_run if report.only_present else 0)),
                        time=f"{report.elapsed:.3f}")
     props = ET.SubElement(suite, "properties")
-    for k, v in (("golden", report.golden), ("actual", report.actual),
+    for k, v in (("golden", report.golden), *report.provenance().items(),
+                 ("actual", report.actual),
                  ("standard", report.standard), ("saturation", str(report.saturation))):
         ET.SubElement(props, "property", name=k, value=str(v))
     for k, v in report.overrides.items():

@@ -137,6 +137,7 @@ def render_text(report, width: int | None = None, verbose: bool = False,
                      f"(ids in the JSON report; "
                      f"{report.not_run_effect()})")
     lines += report.pattern_lines()
+    lines.append(report.provenance_line())
     for note in report.notes:
         lines.append(f"note: {note}")
     if report.timing_line():

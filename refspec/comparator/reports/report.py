@@ -31,6 +31,17 @@ class Report:
     elapsed: float = 0.0
     #: seconds per case id, when the comparator ran the implementation itself (refspec run)
     timings: dict = field(default_factory=dict)
+    #: what the outputs were judged against and when (``provenance``): the golden file's
+    #: ``GoldenFile.digest`` and ``created`` time ("" for cases in memory), whether it is
+    #: marked complete, and the UTC time the comparison ended
+    golden_digest: str = ""
+    golden_created: str = ""
+    golden_complete: bool = True
+    judged_at: str = ""
+    #: actual files last written before the golden file was made (``sources.ages``), and the
+    #: time that is (seconds since the epoch; None: not asked, as for cases in memory)
+    older_files: list[str] = field(default_factory=list)
+    stale_before: float | None = None
 
     @property
     def judged(self) -> bool:
@@ -123,7 +134,8 @@ class Report:
         (``OutputResult.summary_dict``), everything else is in full (``OutputResult.to_dict``)."""
         from ..._version import __version__
         return {"schema": "refspec-compare/3", "refspec_version": __version__,
-                "golden": self.golden, "actual": self.actual, "standard": self.standard,
+                "golden": self.golden, **self.provenance(),
+                "actual": self.actual, "standard": self.standard,
                 "overrides": dict(self.overrides), "saturation": self.saturation,
                 "only_present": self.only_present,
                 "summary": {**self.counts(), "passed": self.passed, "line": self.summary_line(),
@@ -136,6 +148,22 @@ class Report:
                 "patterns": [p.to_dict() for p in failure_patterns(self.results)],
                 "results": [r.summary_dict() if r.status == "pass" else r.to_dict()
                             for r in self.ordered()]}
+
+    def provenance(self) -> dict:
+        """What every report format states of the goldens judged against and of itself (the
+        header of each, from here only): the golden file's digest and the time it was made,
+        whether it is complete, and when the comparison ended."""
+        return {"golden_digest": self.golden_digest, "golden_created": self.golden_created,
+                "golden_complete": self.golden_complete, "judged_at": self.judged_at}
+
+    def provenance_line(self) -> str:
+        """``golden sha256:1f2e... made 2026-12-01T21:42:19Z; judged 2026-12-02T08:00:05Z``."""
+        made = f" made {self.golden_created}" if self.golden_created else ""
+        golden = (f"golden {self.golden_digest}{made}" if self.golden_digest
+                  else "golden cases in memory")
+        if not self.golden_complete:
+            golden += " (NOT COMPLETE: the cases an interrupted run wrote)"
+        return f"{golden}; judged {self.judged_at or 'at an unknown time'}"
 
     def pattern_lines(self) -> list[str]:
         """``pattern: <op> <output>: 9 of 9 mode=half cases fail, 0 of 15 others``: the

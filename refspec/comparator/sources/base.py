@@ -90,6 +90,10 @@ class ActualSource:
         ``(None, None)`` for sources that hold none."""
         return None, None
 
+    def status_file(self, case_id: str) -> str | None:
+        """The file the status of a case is read from (None for sources that hold none)."""
+        return None
+
     def reference(self, case):
         """The golden case the source's outputs are judged against: ``case`` itself, unless
         the source ran an implementation whose own saved values the reference must use."""

@@ -43,7 +43,10 @@ class H5Source(ActualSource):
     def status(self, case_id):
         if self._golden is None or case_id not in self._golden:
             return None, None
-        return self._case(case_id).expected_error or 0, None
+        try:
+            return self._case(case_id).expected_error or 0, None
+        except goldens.GoldenFileError as exc:     # the actual file's problem, not the golden's
+            return None, str(exc)
 
     def lookup(self, case_id, op, output, dtype, shape):
         if self._error:
@@ -78,10 +81,14 @@ class H5Source(ActualSource):
         gf = self._golden
         if case_id not in gf:
             return Problem("missing", f"no case {case_id} in {self.path}")
-        expected = self._case(case_id).expected
-        if output not in expected:
-            return Problem("missing", f"case {case_id} of {self.path} has no expected {output}")
-        arr = expected[output]
+        try:
+            expected = self._case(case_id).expected
+            if output not in expected:
+                return Problem("missing", f"case {case_id} of {self.path} has no expected "
+                                          f"{output}")
+            arr = expected[output]
+        except goldens.GoldenFileError as exc:     # the actual file's problem, not the golden's
+            return Problem("unreadable", str(exc), self.path)
         src = f"{self.path}:{case_id}/expected/{output}"
         return mismatch(src, arr.dtype, arr.shape, dtype, shape) or H5Actual(src, arr, dtype)
 

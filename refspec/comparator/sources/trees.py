@@ -26,10 +26,13 @@ class TreeSource(ActualSource):
         self._twins: list[tuple[str, list[str]]] = []     # (file judged, files not read)
 
     def status(self, case_id):
+        return read_status(self.status_file(case_id))
+
+    def status_file(self, case_id):
         d = os.path.join(self.path, *case_id.split("/"))
         if not os.path.isdir(d) and self.single_case == case_id:
             d = self.path
-        return read_status(os.path.join(d, STATUS_FILE))
+        return os.path.join(d, STATUS_FILE)
 
     def lookup(self, case_id, op, output, dtype, shape):
         d = os.path.join(self.path, *case_id.split("/"))
