@@ -15,6 +15,7 @@ from .layouts import LAYOUTS, LayoutInference, cos_pattern, from_layout, infer_l
 from .negmask import Half, Interleave, negMask
 from .nrc import (NormRopeConcatGrads, NormRopeConcatOutputs, norm_rope_concat,
                   norm_rope_concat_backward)
+from .quant_dtypes import hifloat8
 from .reduce import sum_to_shape, tree_sum
 from .rope import rotary_position_embedding, rotary_position_embedding_grad
 from .rope_cache import RopeWithSinCosCacheOutputs, rope_with_sin_cos_cache
@@ -31,5 +32,5 @@ __all__ = [
     "RopeMode", "NormType", "RopeType", "ConcatOrder", "SOCS",
     "LAYOUTS", "LayoutInference", "infer_layout", "to_layout", "from_layout", "cos_pattern",
     "Interleave", "Half", "negMask",
-    "bfloat16", "round_to", "sum_to_shape", "tree_sum",
+    "bfloat16", "hifloat8", "round_to", "sum_to_shape", "tree_sum",
 ]
