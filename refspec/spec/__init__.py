@@ -11,6 +11,8 @@ from .enums import SOCS, ConcatOrder, NormType, RopeMode, RopeType
 from .errors import (AclnnError, InferShapeError, InnerNullptrError, ParamInvalidError,
                      ParamNullptrError, TilingError)
 from .irope import interleave_rope
+from .kv_norm_rope import (KvRmsNormRopeCacheOutputs, kv_rms_norm_rope_cache,
+                           kv_rms_norm_rope_cache_v2)
 from .layouts import LAYOUTS, LayoutInference, cos_pattern, from_layout, infer_layout, to_layout
 from .negmask import Half, Interleave, negMask
 from .nrc import (NormRopeConcatGrads, NormRopeConcatOutputs, norm_rope_concat,
@@ -27,6 +29,7 @@ __all__ = [
     "apply_rotary_pos_emb", "apply_rotary_pos_emb_v2", "ApplyRotaryPosEmbOutputs",
     "rope_with_sin_cos_cache", "RopeWithSinCosCacheOutputs",
     "interleave_rope",
+    "kv_rms_norm_rope_cache", "kv_rms_norm_rope_cache_v2", "KvRmsNormRopeCacheOutputs",
     "AclnnError", "ParamNullptrError", "ParamInvalidError", "InferShapeError", "TilingError",
     "InnerNullptrError",
     "RopeMode", "NormType", "RopeType", "ConcatOrder", "SOCS",
