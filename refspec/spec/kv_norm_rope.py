@@ -63,7 +63,7 @@ def _norm(x, gamma, epsilon, formula=rms_norm):
 
 def _values(a) -> tuple:
     """The exact (float64) values of the k part (rope_out) and of the ckv part, (B, N, S, D)."""
-    rms, rope = a.sizes["rms"], a.sizes["rope"]
+    rms, rope = a.sizes["rms_size"], a.sizes["rope_size"]
     if a.v is None:                                                    # V1
         c = _norm(a.kv[..., :rms], a.gamma, a.epsilon)                 # y = RmsNorm(kv[..., :Dv])
         k, = by_blocks(ROTATE, a.kv[..., rms:], (a.cos, a.sin))        # y_rope of x = kv[..., Dv:]
@@ -143,7 +143,7 @@ def kv_rms_norm_rope_cache_v2(kv, gamma, cos, sin, index, k_cache, ckv_cache, k_
 
 def _sums(a) -> tuple:
     """S of the k and ckv values, their classes and K (docs/kv_rms_norm_rope_cache.md §3)."""
-    rms, rope = a.sizes["rms"], a.sizes["rope"]
+    rms, rope = a.sizes["rms_size"], a.sizes["rope_size"]
     if a.v is None:
         S_c = _norm(a.kv[..., :rms], a.gamma, a.epsilon, rms_norm_sum_abs)
         S_k, = by_blocks(lambda x, c, s: rope_elementwise_sum_abs(x, c, s, RopeMode.INTERLEAVE_HALF,

@@ -88,7 +88,7 @@ def _sizes(kv, gamma, cos, v, soc, ctx) -> dict:
             raise TilingError(f"kv: shape {kv.shape} or cos {cos.shape} is empty; empty tensors are "
                               f"not supported [{ctx}]")
     dk, dv = (rope, rms) if v is None else (rms, v.shape[-1])
-    return {"B": B, "N": N, "S": S, "rms": rms, "rope": rope, "dk": dk, "dv": dv,
+    return {"B": B, "N": N, "S": S, "rms_size": rms, "rope_size": rope, "dk": dk, "dv": dv,
             "version": version}
 
 
