@@ -6,6 +6,8 @@ terms of every output. Nothing here reads or writes files.
 """
 
 from .apply_rope import ApplyRotaryPosEmbOutputs, apply_rotary_pos_emb, apply_rotary_pos_emb_v2
+from .dequant_rope import (DequantRopeQuantKvcacheOutputs, dequant_rope_quant_kvcache,
+                           rope_quant_kvcache)
 from .dtypes import bfloat16, round_to
 from .enums import SOCS, ConcatOrder, NormType, RopeMode, RopeType
 from .errors import (AclnnError, InferShapeError, InnerNullptrError, ParamInvalidError,
@@ -30,6 +32,7 @@ __all__ = [
     "rope_with_sin_cos_cache", "RopeWithSinCosCacheOutputs",
     "interleave_rope",
     "kv_rms_norm_rope_cache", "kv_rms_norm_rope_cache_v2", "KvRmsNormRopeCacheOutputs",
+    "dequant_rope_quant_kvcache", "rope_quant_kvcache", "DequantRopeQuantKvcacheOutputs",
     "AclnnError", "ParamNullptrError", "ParamInvalidError", "InferShapeError", "TilingError",
     "InnerNullptrError",
     "RopeMode", "NormType", "RopeType", "ConcatOrder", "SOCS",
