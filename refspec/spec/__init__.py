@@ -19,6 +19,7 @@ from .layouts import LAYOUTS, LayoutInference, cos_pattern, from_layout, infer_l
 from .negmask import Half, Interleave, negMask
 from .nrc import (NormRopeConcatGrads, NormRopeConcatOutputs, norm_rope_concat,
                   norm_rope_concat_backward)
+from .qkv_norm_rope import QkvRmsNormRopeCacheOutputs, qkv_rms_norm_rope_cache
 from .quant_dtypes import hifloat8
 from .reduce import sum_to_shape, tree_sum
 from .rope import rotary_position_embedding, rotary_position_embedding_grad
@@ -33,6 +34,7 @@ __all__ = [
     "interleave_rope",
     "kv_rms_norm_rope_cache", "kv_rms_norm_rope_cache_v2", "KvRmsNormRopeCacheOutputs",
     "dequant_rope_quant_kvcache", "rope_quant_kvcache", "DequantRopeQuantKvcacheOutputs",
+    "qkv_rms_norm_rope_cache", "QkvRmsNormRopeCacheOutputs",
     "AclnnError", "ParamNullptrError", "ParamInvalidError", "InferShapeError", "TilingError",
     "InnerNullptrError",
     "RopeMode", "NormType", "RopeType", "ConcatOrder", "SOCS",
