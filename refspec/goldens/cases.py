@@ -8,7 +8,9 @@ and sampled per distribution, rounded once to the case dtype) and calls the spec
   (code and message; codes are never written down here);
 - otherwise ``exact`` = the spec with ``out_dtype=np.float64`` and ``expected`` = each exact
   output rounded once (``refspec.spec.dtypes.round_to``) to its documented dtype, with the
-  tolerance metadata of ``refspec.spec.terms`` and the axis letters of each output.
+  tolerance metadata of ``refspec.spec.terms`` and the axis letters of each output. A cache
+  updated in place keeps its whole expected value but only the exact values of the elements
+  the call writes (its terms' ``written`` offsets).
 
 With ``threads`` > 1 a large case uses a thread pool of the standard library for the pieces
 that share nothing: drawing its tensors, the exact outputs beside the tolerance terms, and
@@ -70,6 +72,11 @@ class CaseData:
         return {k: self.terms[k].sum_abs for k in self.present("expected")
                 if self.terms[k].sum_abs is not None}
 
+    def written(self) -> dict:
+        """The flat offsets written into each output that is a cache updated in place."""
+        return {k: w for k in self.present("expected")
+                if (w := getattr(self.terms[k], "written", None)) is not None}
+
 
 def probe(params: dict) -> AclnnError | None:
     """The error the case's profile raises for its arguments, found without computing anything
@@ -78,11 +85,12 @@ def probe(params: dict) -> AclnnError | None:
     return ops.get(params["op"]).probe(params)
 
 
-def expected_outputs(op: ops.Operator, params: dict, exact: dict, pool=None) -> dict:
-    """Each exact output rounded once (half to even) to its documented dtype."""
+def expected_outputs(op: ops.Operator, params: dict, exact: dict, pool=None, inputs=None) -> dict:
+    """Each exact output rounded once (half to even) to its documented dtype (an output
+    updated in place: its input's)."""
     names = list(exact)
     rounded = (pool.map if pool else map)(
-        lambda k: round_to(exact[k], op.output_dtype(k, params["dtype"])), names)
+        lambda k: round_to(exact[k], op.output_dtype(k, params["dtype"], inputs)), names)
     return dict(zip(names, rounded))
 
 
@@ -107,9 +115,11 @@ def compute_case(op: ops.Operator, case_id: str, params: dict, seed: int, inputs
     except AclnnError as exc:
         data.error = exc
         return data
-    data.exact = exact
-    data.expected = expected_outputs(op, params, exact, pool)
+    data.expected = expected_outputs(op, params, exact, pool, inputs)
     data.terms = {k: terms[k] for k in exact}
+    data.exact = exact
+    for k, w in data.written().items():          # a cache: the exact values it is written
+        data.exact[k] = exact[k].reshape(-1)[w]
     data.axes = {k: op.output_axes(params, k) for k in exact}
     return data
 

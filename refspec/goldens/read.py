@@ -18,12 +18,11 @@ from math import prod
 import h5py
 import numpy as np
 
-from ..spec.dtypes import bfloat16
 from ..spec.errors import one_line
 from . import index, legacy
-from .format import (BF16_ENCODING, CASE_SUBGROUPS, CASES_GROUP, INDEX_DATASET, SCHEMA_VERSION,
+from .format import (CASE_SUBGROUPS, CASES_GROUP, INDEX_DATASET, SCHEMA_VERSION,
                      GoldenFileError, UnknownCaseError, case_path, decode_array, interrupted_run,
-                     read_attrs)
+                     read_attrs, real_dtype)
 
 __all__ = ["open", "GoldenFile", "GoldenCase", "LazyArray", "ArrayGroup"]
 
@@ -44,7 +43,7 @@ class LazyArray:
         self._attrs = {k: v for k, v in described.items() if k != "shape"}
         self.name = name
         self.encoding = self._attrs.get("encoding")
-        self.dtype = bfloat16 if self.encoding == BF16_ENCODING else np.dtype(self._attrs["dtype"])
+        self.dtype = real_dtype(self._attrs)
         self.shape = tuple(described["shape"])
 
     @property

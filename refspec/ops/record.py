@@ -68,13 +68,16 @@ class Output:
     its axes, a template filled in from the case parameters (``"{layout}"``), and its role:
     ``"stats"`` for statistics a forward returns for its backward (NormRopeConcat's training
     mean/rstd), which a Python implementation may leave out (``refspec run`` then says it
-    returned none and judges the rest), "" for every other output."""
+    returned none and judges the rest), "" for every other output. ``in_place``: the output
+    is the input of the same name updated in place (a KV cache): it has that input's dtype and
+    vendor file, which the kernel updates."""
 
     name: str
     aclnn: str
     dtype: str | None = None
     axes: str = ""
     role: str = ""
+    in_place: bool = False
 
 
 class TensorPlan(NamedTuple):
@@ -301,10 +304,18 @@ class Operator:
         template = next((o.axes for o in self.outputs if o.name == name), "")
         return string.Formatter().vformat(template, (), _Blank(params))
 
-    def output_dtype(self, name: str, dtype) -> np.dtype:
-        """The dtype an output is stored in, for a case of ``dtype``."""
-        fixed = next((o.dtype for o in self.outputs if o.name == name), None)
-        return resolve_dtype(fixed or dtype)
+    def output_dtype(self, name: str, dtype, inputs: dict | None = None) -> np.dtype:
+        """The dtype an output is stored in, for a case of ``dtype`` (an output updated in place:
+        the dtype of its input in ``inputs``)."""
+        out = next((o for o in self.outputs if o.name == name), None)
+        if out is not None and out.in_place and inputs is not None:
+            return np.asarray(inputs[name]).dtype
+        return resolve_dtype((out.dtype if out else None) or dtype)
+
+    @property
+    def in_place(self) -> tuple[str, ...]:
+        """The outputs that are inputs updated in place."""
+        return tuple(o.name for o in self.outputs if o.in_place)
 
     # --- parameters and the spec's arguments ---------------------------------------------------
     def attrs_of(self, params: dict) -> dict:
