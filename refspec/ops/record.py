@@ -23,6 +23,7 @@ import numpy as np
 
 from ..spec.dtypes import bfloat16, dtype_name, resolve_dtype
 from ..spec.errors import AclnnError
+from ..spec.quant_dtypes import is_quant_dtype
 from .axes import Axis, Shape
 
 __all__ = ["Call", "Tensor", "Output", "TensorPlan", "Tensors", "SweepAxes", "Generation",
@@ -43,7 +44,9 @@ class Tensor:
     """An input: the spec function's parameter ``name``, its aclnn parameter name (the stem of
     its vendor file, e.g. ``gradQueryOutput.bin``) and its sampling ``role``: data, grad,
     weight, bias (drawn), table (cos/sin drawn together), stats (derived from other inputs),
-    index (integers the record plans: positions)."""
+    index (integers the record plans: positions, cache slots), cache (a cache updated in place,
+    holding sentinel values; its dtype may be an 8-bit one), scale (quantisation parameters
+    the record draws)."""
 
     name: str
     aclnn: str
@@ -58,6 +61,8 @@ class Tensor:
         """Whether a file or dump may hold this tensor in ``dtype``: an integer dtype for an
         index tensor, a float one otherwise (the spec's checks judge the rest)."""
         kind = np.dtype(dtype).kind
+        if self.role == "cache" and is_quant_dtype(dtype):
+            return True
         return kind in "iu" if self.is_index else (kind == "f" or np.dtype(dtype) == bfloat16)
 
 

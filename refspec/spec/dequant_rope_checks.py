@@ -156,9 +156,10 @@ def _slots(indices, cache_shape, z: dict, cache_mode: str, ctx) -> np.ndarray:
 
 
 def check_dequant_args(op: str, tensors: dict, size_splits, quant_mode, layout, kv_output,
-                       cache_mode, soc) -> DequantArgs:
+                       cache_mode, soc, values: bool = True) -> DequantArgs:
     """Every rule of docs/dequant_rope_quant_kvcache.md §4 for the profile ``soc`` (None: what
-    the math needs). ``tensors`` by the spec's names (absent ones None)."""
+    the math needs). ``tensors`` by the spec's names (absent ones None); ``values`` False leaves
+    out the rules on the indices' values."""
     ctx = f"{op} size_splits={size_splits!r} cache_mode={cache_mode!r}"
     soc = check_soc(soc, op, allowed=DEQUANT_SOCS)
     for name in ("x", "cos", "sin", "k_cache", "v_cache", "indices", "scale_k", "scale_v"):
@@ -180,6 +181,6 @@ def check_dequant_args(op: str, tensors: dict, size_splits, quant_mode, layout, 
     if soc is not None and any(x.size == 0 for x in (t["x"], t["k_cache"])):
         raise TilingError(f"x: shape {t['x'].shape} or a cache is empty; empty tensors are not "
                           f"supported [{ctx}]")
-    slots = _slots(t["indices"], t["k_cache"].shape, z, cache_mode, ctx)
+    slots = _slots(t["indices"], t["k_cache"].shape, z, cache_mode, ctx) if values else None
     z["dequant"] = int_x
     return DequantArgs(t, z, slots, cache_mode, flag, soc)

@@ -234,8 +234,9 @@ def _quant(t: dict, caches: dict, z: dict, mode: str, cos_s: int, soc, ctx) -> t
     return k, c
 
 
-def _index(index, mode: str, z: dict, limit: int, block_size, ctx) -> np.ndarray:
-    """The index's size for the mode (561002) and its values (161002): the token slots."""
+def _index(index, mode: str, z: dict, limit: int, block_size, ctx, values=True):
+    """The index's size for the mode (561002) and its values (161002): the token slots (None
+    when ``values`` is False: the size alone)."""
     B, S = z["B"], z["S"]
     runs = -(-S // block_size) if mode in BLOCKED else S
     if index.size != B * runs:
@@ -243,6 +244,8 @@ def _index(index, mode: str, z: dict, limit: int, block_size, ctx) -> np.ndarray
                                                   else "(B*S,)")
         raise TilingError(f"index: {index.size} values (shape {index.shape}); the {mode} mode "
                           f"needs {shape} = {B * runs} [{ctx}]")
+    if not values:
+        return None
     if mode in BLOCKED:
         starts = index.reshape(-1)
         bad = (starts >= 0) & (starts % block_size != 0)
@@ -258,10 +261,12 @@ def _index(index, mode: str, z: dict, limit: int, block_size, ctx) -> np.ndarray
     return slots
 
 
-def check_kv_cache_args(op: str, tensors: dict, epsilon, cache_mode, is_output_kv, soc) -> KvCacheArgs:
+def check_kv_cache_args(op: str, tensors: dict, epsilon, cache_mode, is_output_kv, soc,
+                        values: bool = True) -> KvCacheArgs:
     """Every rule of docs/kv_rms_norm_rope_cache.md §4 for the profile ``soc`` (None: what the
     math needs). ``tensors``: kv, gamma, cos, sin, index, k_cache, ckv_cache, the four
-    quantisation parameters and v (None when absent)."""
+    quantisation parameters and v (None when absent). ``values`` False leaves out the rules on
+    the index's values (probing a case's arguments without them)."""
     ctx = f"{op} cache_mode={cache_mode!r} is_output_kv={is_output_kv!r}"
     soc = check_soc(soc, op)
     for name in ("kv", "gamma", "cos", "sin", "index", "k_cache", "ckv_cache"):
@@ -285,7 +290,7 @@ def check_kv_cache_args(op: str, tensors: dict, epsilon, cache_mode, is_output_k
     limit = _cache_shapes(caches, z, cache_mode, soc, ctx)
     k_quant, c_quant = _quant(t, caches, z, cache_mode, t["cos"].shape[2], soc, ctx)
     block_size = t["k_cache"].shape[1] if cache_mode in PAGED else None
-    slots = _index(t["index"], cache_mode, z, limit, block_size, ctx)
+    slots = _index(t["index"], cache_mode, z, limit, block_size, ctx, values)
     quantised = k_quant[0] is not None or c_quant[0] is not None
     outputs_kv = outputs_kv and (cache_mode in PAGED or (t["v"] is not None and quantised))
     z["layout"] = LAYOUT_OF[cache_mode]

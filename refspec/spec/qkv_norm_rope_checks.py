@@ -126,7 +126,8 @@ def _blocks(t: dict, z: dict, soc, ctx) -> tuple:
     return block_num, block_size
 
 
-def _quant(t: dict, cache: str, quantised: bool, heads: int, z: dict, soc, ctx) -> tuple:
+def _quant(t: dict, cache: str, quantised: bool, heads: int, z: dict, soc, ctx,
+           values: bool = True) -> tuple:
     """(scale, offset): a scale exactly when the cache is int8, (heads, D) float32, not 0; an
     offset only with it."""
     s_name, o_name = cache[0] + "_scale", cache[0] + "_offset"
@@ -142,15 +143,15 @@ def _quant(t: dict, cache: str, quantised: bool, heads: int, z: dict, soc, ctx) 
         check_kind(p, name, (np.float32,) if soc else ("float",), ctx)
         if p.shape != (heads, z["D"]):
             raise TilingError(f"{name}: shape {p.shape}; allowed: ({heads}, {z['D']}) [{ctx}]")
-    if scale is not None and (np.asarray(scale) == 0).any():
+    if values and scale is not None and (np.asarray(scale) == 0).any():
         raise ParamInvalidError(f"{s_name}: a scale of 0; the scales divide [{ctx}]")
     return scale, offset
 
 
 def check_qkv_args(op: str, tensors: dict, qkv_size, head_nums, epsilon, cache_mode,
-                   is_output_qkv, soc) -> QkvArgs:
+                   is_output_qkv, soc, values: bool = True) -> QkvArgs:
     """Every rule of docs/qkv_rms_norm_rope_cache.md §4 for the profile ``soc`` (None: what the
-    math needs)."""
+    math needs); ``values`` False leaves out the rules on the index's and the scales' values."""
     ctx = f"{op} qkv_size={qkv_size!r} head_nums={head_nums!r}"
     soc = check_soc(soc, op, allowed=QKV_SOCS)
     for name in ("qkv", "q_gamma", "k_gamma", "cos", "sin", "index", "k_cache", "v_cache"):
@@ -168,8 +169,9 @@ def check_qkv_args(op: str, tensors: dict, qkv_size, head_nums, epsilon, cache_m
     kq = _cache(t, "k_cache", z["Nk"], z, soc, ctx)
     vq = _cache(t, "v_cache", z["Nv"], z, soc, ctx)
     z["block_num"], z["block_size"] = _blocks(t, z, soc, ctx)
-    k_quant = _quant(t, "k_cache", kq, z["Nk"], z, soc, ctx)
-    v_quant = _quant(t, "v_cache", vq, z["Nv"], z, soc, ctx)
+    k_quant = _quant(t, "k_cache", kq, z["Nk"], z, soc, ctx, values)
+    v_quant = _quant(t, "v_cache", vq, z["Nv"], z, soc, ctx, values)
     slots = t["index"].astype(np.int64)
-    check_slots(slots, z["block_num"] * z["block_size"], "index", ctx)
+    if values:
+        check_slots(slots, z["block_num"] * z["block_size"], "index", ctx)
     return QkvArgs(t, z, k_quant, v_quant, slots, eps, flag, soc)
