@@ -72,8 +72,8 @@ def _sizes(p: dict) -> tuple:
 
 def _plan(p: dict) -> dict:
     """qkv (B*S, N*D), the gammas, cos/sin, index, the PA_NZ caches and their scales; a
-    ``fault`` makes the profile reject the call (a float32 qkv, an int32 index, a cache whose
-    tiles are 16 wide though int8, an int8 cache without its scale, a scale of 0, two tokens
+    ``fault`` makes the profile reject the call (a float32 qkv, an int32 index, a k cache whose
+    tiles are half the 32 bytes wide, an int8 cache without its scale, a scale of 0, two tokens
     into one slot)."""
     dt, fault = resolve_dtype(p["dtype"]), p.get("fault", "none")
     B, S, N, D, Nq, Nk, Nv = _sizes(p)
@@ -85,9 +85,9 @@ def _plan(p: dict) -> dict:
            "index": TensorPlan((B * S,), np.dtype(np.int32 if fault == "index_dtype" else np.int64), "index")}
     for name, label, heads, p_ in (("k_cache", p["kcache"], Nk, "k"), ("v_cache", p["vcache"], Nv, "v")):
         quant = label == "int8"
-        c0 = 16 if not quant or (fault == "cache_tiles" and name == "k_cache") else 32
-        out[name] = TensorPlan((p["blocks"], heads * D // c0, p["slots"], c0),
-                               np.dtype(np.int8) if quant else dt, "cache")
+        cdt = np.dtype(np.int8) if quant else dt
+        c0 = 32 // cdt.itemsize // (2 if fault == "cache_tiles" and name == "k_cache" else 1)
+        out[name] = TensorPlan((p["blocks"], heads * D // c0, p["slots"], c0), cdt, "cache")
         if quant and not (fault == "no_scale" and name == "k_cache"):
             out[f"{p_}_scale"] = TensorPlan((heads, D), np.dtype(np.float32), "scale")
             if p["offset"]:
