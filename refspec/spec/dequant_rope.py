@@ -9,7 +9,7 @@ heads); k and v are quantised, ``x / scale + offset`` rounded half to even into 
 caches seen as (C1*C2, Nkv, D), token t at row indices[t]). Float64 on the exact inputs, every
 output rounded once; the caches returned are new arrays. RopeQuantKvcache is the same
 computation with a float16 x, contiguous caches and one scale and integer offset for k and v
-(errata E50): ``rope_quant_kvcache`` says so in code.
+(errata E48): ``rope_quant_kvcache`` says so in code.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def rope_quant_kvcache(qkv, cos, sin, quant_scale, quant_offset, k_cache, v_cach
     """RopeQuantKvcache (graph operator, A2 only): DequantRopeQuantKvcache with a float16 qkv
     (no dequantisation), contiguous caches, and one quant_scale (D,) float32 and one
     quant_offset (D,) int32 for both k and v, applied to every head
-    (docs/dequant_rope_quant_kvcache.md §5, errata E50). Returns the same five outputs."""
+    (docs/dequant_rope_quant_kvcache.md §5, errata E48). Returns the same five outputs."""
     ctx = f"rope_quant_kvcache size_splits={size_splits!r}"
     soc = check_soc(soc, "rope_quant_kvcache", allowed=("A2",))
     scales = {}

@@ -6,9 +6,9 @@ Sources: the aclnnDequantRopeQuantKvcache document and README and the host code 
 ``..._tiling.cpp``: sizeSplits, x's and the caches' ranks, the head size, the shapes of cos,
 sin, indices and the scales, the cache's first axis; no op_api source). Dtype rules and a
 missing tensor keep the document's 161002/161001, the tiling's shape rules are 561002, index
-values 161002 (errata E42-E49). RopeQuantKvcache's README gives no formula and its host code
+values 161002 (errata E41-E47). RopeQuantKvcache's README gives no formula and its host code
 checks nothing: it is DequantRopeQuantKvcache with a float16 x, contiguous caches and one scale
-and integer offset for k and v (errata E50).
+and integer offset for k and v (errata E48).
 """
 
 from __future__ import annotations

@@ -31,9 +31,10 @@ def array_of(value, name: str, ctx: str) -> np.ndarray:
     return arr
 
 
-def check_kind(arr: np.ndarray, name: str, allowed, ctx: str) -> None:
-    """161002 when ``arr``'s dtype is not one of ``allowed`` (dtypes, or the strings ``"int"``
-    for any integer dtype and ``"float"`` for any float dtype of the math-only profile)."""
+def check_kind(arr: np.ndarray, name: str, allowed, ctx: str, error=ParamInvalidError) -> None:
+    """``error`` (161002 by default) when ``arr``'s dtype is not one of ``allowed`` (dtypes, or
+    the strings ``"int"`` for any integer dtype and ``"float"`` for any float dtype of the
+    math-only profile)."""
     dt = arr.dtype
     for a in allowed:
         if (a == "int" and dt.kind in "iu") or (a == "float" and dt.kind == "f") \
@@ -42,7 +43,7 @@ def check_kind(arr: np.ndarray, name: str, allowed, ctx: str) -> None:
         if a == "float" and dtype_name(dt) == "bfloat16":
             return
     names = ", ".join(a if isinstance(a, str) else dtype_name(a) for a in allowed)
-    raise ParamInvalidError(f"{name}: dtype {dtype_name(dt)} is not allowed; allowed: {names} [{ctx}]")
+    raise error(f"{name}: dtype {dtype_name(dt)} is not allowed; allowed: {names} [{ctx}]")
 
 
 def same_dtype(arr: np.ndarray, name: str, ref: np.ndarray, ref_name: str, ctx: str) -> None:

@@ -3,7 +3,7 @@
 Sources: the aclnnQkvRmsNormRopeCache document and README and the host code of
 ``posembedding/qkv_rms_norm_rope_cache/op_host`` (``op_api/aclnn_qkv_rms_norm_rope_cache.cpp``
 checks only that the tensors are given, 161001; ``qkv_rms_norm_rope_cache_tiling.cpp`` checks the
-rest, which the API reports as 561002 where the document lists 161002: errata E51). Rules only
+rest, which the API reports as 561002 where the document lists 161002: errata E49). Rules only
 the documents state keep their status (the offsets' shapes 561002, scale values and index values
 161002).
 """
@@ -71,7 +71,7 @@ def _sizes(qkv_size, head_nums, soc, ctx) -> dict:
 def _inputs(t: dict, z: dict, soc, ctx) -> None:
     """qkv, the gammas, cos, sin and index: dtypes and shapes (561002)."""
     qkv = t["qkv"]
-    check_kind(qkv, "qkv", (float16, bfloat16) if soc else ("float",), ctx)
+    check_kind(qkv, "qkv", (float16, bfloat16) if soc else ("float",), ctx, TilingError)
     T = z["B"] * z["S"]
     want = {"qkv": (T, z["N"] * z["D"]), "q_gamma": (z["D"],), "k_gamma": (z["D"],)}
     for name, shape in want.items():
@@ -82,13 +82,13 @@ def _inputs(t: dict, z: dict, soc, ctx) -> None:
         if soc is not None and t[name].dtype != qkv.dtype:
             raise TilingError(f"{name}: dtype {dtype_name(t[name].dtype)} must be qkv's "
                               f"{dtype_name(qkv.dtype)} [{ctx}]")
-        check_kind(t[name], name, ("float",), ctx)
+        check_kind(t[name], name, ("float",), ctx, TilingError)
     for name in ("cos", "sin"):
         check_rank(t[name], name, (2,), ctx)
         if t[name].shape[0] not in rows or t[name].shape[1] != z["D"] or t[name].shape != t["cos"].shape:
             raise TilingError(f"{name}: shape {t[name].shape}; allowed: (B*S, D) = ({T}, {z['D']}) "
                               f"or (B, D) = ({z['B']}, {z['D']}), sin as cos [{ctx}]")
-    check_kind(t["index"], "index", (np.int64,) if soc else ("int",), ctx)
+    check_kind(t["index"], "index", (np.int64,) if soc else ("int",), ctx, TilingError)
     if t["index"].shape != (T,):
         raise TilingError(f"index: shape {t['index'].shape}; allowed: (B*S,) = ({T},) [{ctx}]")
 
@@ -100,7 +100,7 @@ def _cache(t: dict, name: str, heads: int, z: dict, soc, ctx) -> bool:
         if soc is not None and cache.dtype != t["qkv"].dtype:
             raise TilingError(f"{name}: dtype {dtype_name(cache.dtype)} must be qkv's "
                               f"{dtype_name(t['qkv'].dtype)} or int8 [{ctx}]")
-        check_kind(cache, name, ("float",), ctx)
+        check_kind(cache, name, ("float",), ctx, TilingError)
     check_rank(cache, name, (4,), ctx)
     c0 = nz_width(cache.dtype)
     cols = heads * z["D"]
@@ -140,7 +140,7 @@ def _quant(t: dict, cache: str, quantised: bool, heads: int, z: dict, soc, ctx,
         if not quantised:
             raise TilingError(f"{name}: given for a {dtype_name(t[cache].dtype)} {cache}; only an int8 "
                               f"cache is quantised [{ctx}]")
-        check_kind(p, name, (np.float32,) if soc else ("float",), ctx)
+        check_kind(p, name, (np.float32,) if soc else ("float",), ctx, TilingError)
         if p.shape != (heads, z["D"]):
             raise TilingError(f"{name}: shape {p.shape}; allowed: ({heads}, {z['D']}) [{ctx}]")
     if values and scale is not None and (np.asarray(scale) == 0).any():

@@ -335,3 +335,77 @@ def test_only_aclnn_errors_are_raised(kw):
         call(kw)
     except refspec.AclnnError:
         return
+
+
+# --- errata (docs/errata.md) ------------------------------------------------------------------
+
+def test_E29_dequant_and_quant_as_read():
+    """x = 10, weight scale 0.5, activation scale 2, bias 3: an int32 bias is added first
+    ((10 + 3)*0.5*2 = 13), a float one last (10*0.5*2 + 3 = 13 as well, but with x = 10 and
+    weight scale 0.25: 8 against 5.5); Quant divides: 13 / 0.5 + 1 = 27."""
+    kw = case(np.random.default_rng(30), dtype=np.int32, S=1, offsets=True, act=True, bias=np.int32)
+    H = kw["x"].shape[-1]
+    kw.update(x=np.full_like(kw["x"], 10), weight_scale=np.full(H, 0.25, np.float32),
+              activation_scale=np.full(2, 2.0, np.float32), bias=np.full(H, 6, np.int32),
+              scale_k=np.full(128, 0.5, np.float32), scale_v=np.full((2, 64), 0.5, np.float32),
+              offset_k=np.ones((2, 64), np.float32), offset_v=np.ones((2, 64), np.float32))
+    v_int = call(kw, kv_output=True, out_dtype=F64).v_out
+    assert np.all(v_int == 8.0)                                   # (10 + 6)*0.25*2
+    v_float = call({**kw, "bias": np.full(H, 6, np.float32)}, kv_output=True, out_dtype=F64).v_out
+    assert np.all(v_float == 11.0)                                # 10*0.25*2 + 6
+    rows = call(kw, out_dtype=F64).v_cache[[0, 1], kw["indices"][:2]]
+    assert np.all(rows == 8.0 / 0.5 + 1)                          # v / scale + offset
+
+
+def test_E41_unknown_cache_mode_rejected():
+    with pytest.raises(TilingError) as info:
+        call(_base(cache_mode="Page"))
+    assert_aclnn(info, TilingError, 561002, "cache_mode")
+
+
+def test_E42_x_is_float16_bfloat16_or_int32_not_float32():
+    call(_base(case=dict(dtype=np.int32)))
+    with pytest.raises(ParamInvalidError) as info:
+        call(_base(case=dict(dtype=np.float32)))
+    assert_aclnn(info, ParamInvalidError, 161002, "x")
+
+
+def test_E43_the_scales_have_nkv_times_d_values_in_any_shape():
+    kw = _base()
+    for shape in ((128,), (2, 64), (1, 128)):
+        call({**kw, "scale_k": np.ones(shape, np.float32)})
+    with pytest.raises(TilingError) as info:
+        call({**kw, "scale_k": np.ones(6, np.float32)})           # the indices' shape, [B*S]
+    assert_aclnn(info, TilingError, 561002, "scale_k")
+
+
+def test_E44_a_contiguous_cache_may_have_exactly_xs_batches():
+    call(_base(case=dict(C1=2)))
+
+
+def test_E45_one_offset_alone_rejected_on_a2_applied_math_only():
+    kw = {**_base(), "offset_v": None}
+    with pytest.raises(TilingError) as info:
+        call(kw)
+    assert_aclnn(info, TilingError, 561002, "offset_k")
+    with_k = call(kw, soc=None, out_dtype=F64).k_cache
+    without = call({**kw, "offset_k": None}, soc=None, out_dtype=F64).k_cache
+    assert np.any(with_k != without)
+
+
+def test_E46_xs_last_axis_at_most_4096_and_a_multiple_of_64():
+    call(_base(case=dict(Nq=62, Nkv=1)))                          # (62 + 2)*64 = 4096
+    for changes in (dict(Nq=64, Nkv=1), dict(D=16, Nq=3, Nkv=1)):   # 4224; 80
+        with pytest.raises(TilingError) as info:
+            call(_base(case=changes))
+        assert_aclnn(info, TilingError, 561002, "x")
+
+
+def test_E47_shape_rules_are_tiling_errors():
+    with pytest.raises(TilingError) as info:
+        call({**_base(), "v_cache": _base()["v_cache"][:2]})
+    assert info.value.code == 561002
+
+
+def test_E48_rope_quant_kvcache_is_dequant_rope_quant_kvcache_with_one_scale_and_offset():
+    test_rope_quant_kvcache_is_the_special_case()

@@ -571,3 +571,128 @@ def test_only_aclnn_errors_are_raised(kw):
         call(kw)
     except refspec.AclnnError:
         return
+
+
+# --- errata (docs/errata.md) ------------------------------------------------------------------
+
+def test_E28_int8_quantisation_rounds_half_to_even_and_saturates():
+    """The documents write round(x).clamp(-128, 127) (KvRmsNormRopeCache, PyTorch's round: half
+    to even), nothing (QkvRmsNormRopeCache) or an undefined Quant (DequantRopeQuantKvcache): all
+    three take half to even, clamped. Values x*scale = 2.5, 3.5, -2.5, 300 -> 2, 4, -2, 127."""
+    kw = _scaled(mode="PA_BNSD")
+    kv = np.zeros_like(kw["kv"], dtype=F64)
+    kv[..., 512:] = 1.0
+    c, s = np.ones_like(kw["cos"], F64), np.zeros_like(kw["sin"], F64)
+    scale = np.array([[2.5, 3.5, -2.5, 300.0] * 16], np.float32)
+    out = call(kw, kv=kv, cos=c, sin=s, k_rope_scale=scale, soc=None, index=np.arange(6))
+    assert out.k_cache.reshape(-1, 64)[0, :4].tolist() == [2, 4, -2, 127]
+
+
+def test_E30_offsets_checked_like_the_scales_and_ignored_by_a2_v1():
+    bad = {**_scaled(), "soc": "A2", "k_rope_offset": np.ones((3, 64), np.float32)}
+    with pytest.raises(TilingError) as info:
+        call(bad)
+    assert_aclnn(info, TilingError, 561002, "k_rope_offset")
+    test_a2_v1_ignores_the_offsets_math_applies_them()
+
+
+def test_E31_the_fractal_width_is_32_bytes_of_each_caches_dtype():
+    """One cache int8 (tiles of 32), the other float16 (tiles of 16), in one call."""
+    rng = np.random.default_rng(20)
+    kw = case(rng, "PA_NZ", k_dtype=np.int8)
+    zeros = {"k_cache": np.zeros_like(kw["k_cache"]), "ckv_cache": np.zeros_like(kw["ckv_cache"])}
+    nz = call(kw, **zeros, out_dtype=F64)
+    nd = call(kw, **zeros, cache_mode="PA_BNSD", out_dtype=F64)
+    for got, want, c0 in ((nz.k_cache, nd.k_cache, 32), (nz.ckv_cache, nd.ckv_cache, 16)):
+        n, bs, N, D = want.shape
+        assert np.array_equal(got.reshape(n, N * D // c0, bs, c0).transpose(0, 2, 1, 3).reshape(want.shape), want)
+
+
+def test_E32_blocked_modes_take_block_starts():
+    with pytest.raises(ParamInvalidError) as info:
+        call(_a2(mode="PA_BLK_NZ", case=dict(index=[33, 64])))
+    assert_aclnn(info, ParamInvalidError, 161002, "index")
+    call(_a2(mode="PA_BLK_NZ", case=dict(index=[32, 64])))
+
+
+def test_E33_float8_caches_saturate_at_their_largest_finite_value():
+    kw = _scaled(mode="PA")
+    big = {"k_rope_scale": np.full((1, 64), 1e6, np.float32), "c_kv_scale": np.full((1, 512), 1e6, np.float32)}
+    for dtype, top in ((ml_dtypes.float8_e4m3fn, 448.0), (ml_dtypes.float8_e5m2, 57344.0), (hifloat8, 2.0 ** 15)):
+        caches = {n: refspec.round_to(np.zeros(np.shape(kw[n])), dtype) for n in ("k_cache", "ckv_cache")}
+        out = call({**kw, **caches, **big}, soc="950")
+        v = refspec.spec.dtypes.to_float64(out.k_cache)
+        assert np.all(np.isfinite(v)) and np.abs(v).max() == top
+
+
+def test_E34_the_index_decides_how_many_blocks_are_needed():
+    """B = 2, S = 40, blocks of 32: the aclnn document's Floor(S/bs)*B = 2 blocks, torch_npu's
+    Ceil = 4. With 3 blocks PA mode holds the 80 tokens; PA_BLK needs 4 distinct blocks, which
+    3 cannot give."""
+    ok = case(np.random.default_rng(21), "PA", S=40, block_num=3, index=np.arange(80))
+    call(ok, soc="A2")
+    blk = case(np.random.default_rng(21), "PA_BLK_BNSD", S=40, block_num=3, index=[0, 32, 64, 64])
+    with pytest.raises(ParamInvalidError) as info:
+        call(blk, soc="A2")
+    assert_aclnn(info, ParamInvalidError, 161002, "index")
+
+
+def test_E35_torch_npus_example_2_is_rejected_k_and_v_quantise_independently():
+    """torch_npu's example 2: an int8 k_cache with k_rope_scale [64] and a float16 ckv_cache with
+    c_kv_scale [512]. The aclnn rules: a scale needs a quantised cache (161002)."""
+    kw = _a2()
+    kw.update(k_cache=np.zeros((4, 32, 1, 64), np.int8), k_rope_scale=np.ones(64, np.float32),
+              c_kv_scale=np.ones(512, np.float32))
+    with pytest.raises(ParamInvalidError) as info:
+        call(kw)
+    assert_aclnn(info, ParamInvalidError, 161002, "c_kv_scale")
+    del kw["c_kv_scale"]
+    assert call(kw).k_cache.dtype == np.int8                 # k alone quantised: accepted
+
+
+def test_E36_norm_mode_repeats_positions_across_batches():
+    test_norm_mode_batches_may_repeat_positions()
+
+
+def test_E37_is_output_kv_takes_effect_in_norm_mode_with_v2_quantisation():
+    rng = np.random.default_rng(22)
+    kw = case(rng, "Norm", v=True, Dk=192, k_dtype=np.int8)
+    kw["k_rope_scale"] = np.ones((1, 192), np.float32)
+    out = call(kw, is_output_kv=True)
+    assert out.k_rope is not None and out.c_kv is not None
+    plain = case(rng, "Norm", v=True, Dk=192)
+    assert call(plain, is_output_kv=True).k_rope is None
+
+
+def test_E38_v2s_gamma_is_the_rms_size_192():
+    kw = _a2(case=dict(v=True, Dk=192))
+    assert kw["gamma"].shape == (192,)
+    call(kw)
+    with pytest.raises(TilingError) as info:
+        call({**kw, "gamma": np.ones(128, np.float16)})
+    assert_aclnn(info, TilingError, 561002, "gamma")
+
+
+def test_E39_950_checks_that_the_two_parts_fill_kv():
+    kw = dict(_a2(case=dict(Dv=128, Dk=32)), soc="950")
+    call(kw)
+    with pytest.raises(TilingError) as info:
+        call({**kw, "kv": np.zeros((2, 1, 3, 170), np.float16)})
+    assert_aclnn(info, TilingError, 561002, "gamma")
+
+
+def test_E40_950_rejects_v():
+    kw = {**_a2(case=dict(v=True, Dk=192)), "soc": "950"}
+    with pytest.raises(TilingError) as info:
+        call(kw)
+    assert_aclnn(info, TilingError, 561002, "v")
+
+
+def test_E41_unknown_cache_modes_and_norm_cache_batches_rejected():
+    with pytest.raises(TilingError) as info:
+        call(_a2(cache_mode="pa"))
+    assert_aclnn(info, TilingError, 561002, "cache_mode")
+    kw = _a2(mode="Norm")
+    with pytest.raises(TilingError) as info:
+        call({**kw, "k_cache": np.concatenate([kw["k_cache"]] * 2), "ckv_cache": np.concatenate([kw["ckv_cache"]] * 2)})
+    assert_aclnn(info, TilingError, 561002, "k_cache")

@@ -163,7 +163,7 @@ REJECTED = [
         ("epsilon-not-real", _base(epsilon=None), ParamInvalidError, 161002, "epsilon"),
         ("is_output_qkv-not-bool", _base(is_output_qkv=0), ParamInvalidError, 161002, "is_output_qkv"),
         ("cache_mode-PA", _base(cache_mode="PA"), TilingError, 561002, "cache_mode"),
-        ("qkv-float32", _base(case=dict(dtype=np.float32)), ParamInvalidError, 161002, "qkv"),
+        ("qkv-float32", _base(case=dict(dtype=np.float32)), TilingError, 561002, "qkv"),
         ("qkv-shape", {**_base(), "qkv": _base()["qkv"][:5]}, TilingError, 561002, "qkv"),
         ("gamma-shape", {**_base(), "k_gamma": _base()["k_gamma"][:64]}, TilingError, 561002, "k_gamma"),
         ("gamma-dtype", {**_base(), "q_gamma": _base()["q_gamma"].astype(BF16)}, TilingError,
@@ -171,8 +171,8 @@ REJECTED = [
         ("cos-three-rows", {**_base(), "cos": _base()["cos"][:3], "sin": _base()["sin"][:3]},
          TilingError, 561002, "cos"),
         ("sin-not-cos", {**_base(), "sin": _base()["sin"][:2]}, TilingError, 561002, "sin"),
-        ("index-int32", {**_base(), "index": _base()["index"].astype(np.int32)}, ParamInvalidError,
-         161002, "index"),
+        ("index-int32", {**_base(), "index": _base()["index"].astype(np.int32)}, TilingError,
+         561002, "index"),
         ("index-shape", {**_base(), "index": _base()["index"][:4]}, TilingError, 561002, "index"),
         ("cache-bfloat16-for-float16", {**_base(case=dict(k_quant=False)),
                                         "k_cache": _base(case=dict(k_quant=False))["k_cache"].astype(BF16)},
@@ -193,7 +193,7 @@ REJECTED = [
         ("scale-shape", {**_base(), "k_scale": np.ones(128, np.float32)}, TilingError, 561002, "k_scale"),
         ("offset-shape", {**_base(), "k_offset": np.ones((1, 128), np.float32)}, TilingError, 561002,
          "k_offset"),
-        ("scale-dtype", {**_base(), "k_scale": np.ones((2, 128))}, ParamInvalidError, 161002, "k_scale"),
+        ("scale-dtype", {**_base(), "k_scale": np.ones((2, 128))}, TilingError, 561002, "k_scale"),
         ("scale-zero", {**_base(), "k_scale": np.zeros((2, 128), np.float32)}, ParamInvalidError,
          161002, "k_scale"),
         ("index-past-the-cache", {**_base(), "index": np.array([0, 1, 2, 3, 4, 128])}, ParamInvalidError,
@@ -243,3 +243,49 @@ def test_only_aclnn_errors_are_raised(kw):
         call(kw)
     except refspec.AclnnError:
         return
+
+
+# --- errata (docs/errata.md) ------------------------------------------------------------------
+
+def test_E49_dtype_and_shape_rules_are_tiling_errors():
+    for bad in ({"q_gamma": _base()["q_gamma"].astype(BF16)}, {"qkv": _base()["qkv"].astype(np.float32)},
+                {"index": _base()["index"].astype(np.int32)}):
+        with pytest.raises(TilingError) as info:
+            call({**_base(), **bad})
+        assert info.value.code == 561002
+
+
+def test_E50_block_size_a_multiple_of_32_whatever_the_caches_dtype():
+    with pytest.raises(TilingError) as info:
+        call(_base(case=dict(block_size=16, block_num=8, k_quant=False)))
+    assert_aclnn(info, TilingError, 561002, "k_cache")
+    call(_base(case=dict(block_size=32, k_quant=False)))
+
+
+def test_E51_cos_per_batch_is_taken_for_every_token_of_the_batch():
+    rng = np.random.default_rng(40)
+    kw = case(rng, cos_rows=2)
+    per_token = {**kw, "cos": np.repeat(kw["cos"], 3, 0), "sin": np.repeat(kw["sin"], 3, 0)}
+    a, b = call(kw, out_dtype=F64), call(per_token, out_dtype=F64)
+    assert np.array_equal(a.q_out, b.q_out) and np.array_equal(a.k_cache, b.k_cache)
+
+
+def test_E52_index_below_the_slot_count_and_outputs_before_quant_per_head_count():
+    kw = _base()
+    with pytest.raises(ParamInvalidError) as info:
+        call({**kw, "index": np.array([0, 1, 2, 3, 4, 128])})      # BlockNum*BlockSize itself
+    assert_aclnn(info, ParamInvalidError, 161002, "index")
+    out = call(kw, is_output_qkv=True)
+    assert out.k_out_before_quant.shape == (6, 2 * 128) and out.q_out_before_quant.shape == (6, 4 * 128)
+
+
+def test_E53_nq_a_multiple_of_nk():
+    with pytest.raises(TilingError) as info:
+        call(_base(case=dict(Nq=3)))
+    assert_aclnn(info, TilingError, 561002, "head_nums")
+
+
+def test_E54_offsets_shapes_checked():
+    with pytest.raises(TilingError) as info:
+        call({**_base(), "k_offset": np.ones((2, 64), np.float32)})
+    assert_aclnn(info, TilingError, 561002, "k_offset")
