@@ -58,9 +58,10 @@ def resolve_dtype(dtype) -> np.dtype:
         dt = np.dtype(dtype)
     except TypeError as exc:
         raise ParamInvalidError(f"dtype {dtype!r} is not a dtype; allowed: "
-                                f"{', '.join(_NAMES.values())}") from exc
+                                f"{', '.join(_NAMES[d] for d in MATH_DTYPES)}") from exc
     if dt not in MATH_DTYPES:
-        raise ParamInvalidError(f"dtype {dt} is not allowed; allowed: {', '.join(_NAMES.values())}")
+        raise ParamInvalidError(f"dtype {dtype_name(dt)} is not allowed; allowed: "
+                                f"{', '.join(_NAMES[d] for d in MATH_DTYPES)}")
     return dt
 
 
