@@ -115,12 +115,21 @@ def position_code(shape, dtype, name: str) -> np.ndarray:
     [2^-(p-2), 4] in magnitude."""
     dt = resolve_dtype(dtype)
     p, period, offset = _code_params(dt, name)
-    i = np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)
+    n = int(np.prod(shape, dtype=np.int64))
+    i = np.arange(min(n, period), dtype=np.int64)
     j = (i + offset) % period
     half = period // 2
     k = (j % half + 1).astype(np.float64)
-    values = np.where(j >= half, -k, k) * 2.0 ** -(p - 2)
-    return round_to(values.reshape(shape), dt)
+    values = round_to(np.where(j >= half, -k, k) * 2.0 ** -(p - 2), dt)
+    return _cycle(values, n).reshape(shape)
+
+
+def _cycle(one_period: np.ndarray, n: int) -> np.ndarray:
+    """The first ``n`` elements of ``one_period`` repeated (the codes of element i depend on i
+    modulo the period only: a large cache costs one period's arithmetic and a copy)."""
+    if n <= len(one_period):
+        return one_period[:n]
+    return np.tile(one_period, -(-n // len(one_period)))[:n]
 
 
 def position_decode(values, dtype, name: str) -> np.ndarray:
@@ -147,8 +156,9 @@ def sentinels(shape, dtype, name: str) -> np.ndarray:
     values = decode(codes.view(dt))
     usable = codes[np.isfinite(values) & (values != 0)]
     offset = _code_params(np.float16, name)[2]
-    i = np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)
-    return usable[(i + offset) % len(usable)].reshape(shape).view(dt)
+    n = int(np.prod(shape, dtype=np.int64))
+    one_period = usable[(np.arange(len(usable)) + offset) % len(usable)]
+    return _cycle(one_period, n).reshape(shape).view(dt)
 
 
 # --- special values ---------------------------------------------------------------------------
