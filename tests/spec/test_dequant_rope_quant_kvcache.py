@@ -14,14 +14,13 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import refspec
 from refspec import ParamInvalidError, ParamNullptrError, TilingError
 from refspec.spec.dequant_rope import dequant_rope_quant_kvcache_terms
 from refspec.spec.terms import CACHE, COPY, ELEMENTWISE, QUANTISED
-from spec_helpers import assert_aclnn, bits
+from spec_helpers import assert_aclnn, assert_rejected, bits, fuzz_test, valid_call, with_junk
 
 F64 = np.float64
 BF16 = ml_dtypes.bfloat16
@@ -201,9 +200,7 @@ def test_terms():
     assert plain["v_out"].comparison_class == COPY
 
 
-def _base(**changes):
-    kw = case(np.random.default_rng(7), **changes.pop("case", {}))
-    return {**kw, "soc": "A2", **changes}
+_base = valid_call(case, 7, "A2")
 
 
 REJECTED = [
@@ -270,9 +267,7 @@ REJECTED = [
 
 @pytest.mark.parametrize("kw, cls, code, argument", REJECTED)
 def test_rule_rejects(kw, cls, code, argument):
-    with pytest.raises(refspec.AclnnError) as excinfo:
-        call(kw)
-    assert_aclnn(excinfo, cls, code, argument)
+    assert_rejected(refspec.dequant_rope_quant_kvcache, kw, cls, code, argument)
 
 
 ACCEPTED = [
@@ -311,9 +306,7 @@ def test_rope_quant_kvcache_rejects(changes, cls, code, argument):
     args = dict(qkv=kw["x"], cos=kw["cos"], sin=kw["sin"], quant_scale=np.ones(64, np.float32),
                 quant_offset=np.zeros(64, np.int32), k_cache=kw["k_cache"], v_cache=kw["v_cache"],
                 indice=kw["indices"], size_splits=kw["size_splits"], soc="A2")
-    with pytest.raises(refspec.AclnnError) as excinfo:
-        refspec.rope_quant_kvcache(**{**args, **changes})
-    assert_aclnn(excinfo, cls, code, argument)
+    assert_rejected(refspec.rope_quant_kvcache, {**args, **changes}, cls, code, argument)
 
 
 @st.composite
@@ -321,20 +314,10 @@ def junk(draw):
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     kw = case(rng, dtype=draw(st.sampled_from([np.float16, np.int32])),
               mode=draw(st.sampled_from(["contiguous", "page"])), two_d=draw(st.booleans()))
-    name = draw(st.sampled_from(sorted(kw)))
-    kw[name] = draw(st.sampled_from([None, 0, "x", [1, 2, 3], np.zeros(3), np.zeros((2, 2), np.int8),
-                                     np.array([object()], dtype=object), kw[name]]))
-    kw["soc"] = draw(st.sampled_from([None, "A2"]))
-    return kw
+    return with_junk(draw, kw, (None, "A2"))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(junk())
-def test_only_aclnn_errors_are_raised(kw):
-    try:
-        call(kw)
-    except refspec.AclnnError:
-        return
+test_only_aclnn_errors_are_raised = fuzz_test(refspec.dequant_rope_quant_kvcache, junk())
 
 
 # --- errata (docs/errata.md) ------------------------------------------------------------------
