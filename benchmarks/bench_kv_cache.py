@@ -39,7 +39,7 @@ import numpy as np
 from refspec import goldens
 from refspec.goldens.cases import build_case
 
-from bench_generate import best, case_of, torch_or_none
+from bench_generate import best, case_of, torch_one_thread
 from results import print_results
 
 VALUES = dict(soc="A2", kcache="kv", ckvcache="kv", index="decode", output_kv=True,
@@ -169,13 +169,8 @@ def main(argv=None):
     ap.add_argument("--small", action="store_true",
                     help="16 blocks and 8 tokens: checks that the script runs, measures nothing")
     args = ap.parse_args(argv)
-    torch = torch_or_none()
-    if torch is not None:
-        torch.set_num_threads(1)
+    torch, results = torch_one_thread()
     shape = dict(SHAPE, B=8, blocks=16) if args.small else SHAPE
-    results = {"cpus": os.cpu_count(),
-               "torch": None if torch is None else f"{torch.__version__}, {torch.get_num_threads()} thread",
-               "numpy": np.__version__, "load average": os.getloadavg()}
     with tempfile.TemporaryDirectory(prefix="refspec-bench-kv-") as tmp:
         for mode in args.only.split(","):
             results[mode] = bench(mode.strip(), shape, args.repeat, torch, Path(tmp))
