@@ -22,7 +22,7 @@ from ..spec.dequant_rope import dequant_rope_quant_kvcache, dequant_rope_quant_k
 from ..spec.dequant_rope_checks import CACHE_MODES, check_dequant_args
 from ..spec.dtypes import bfloat16, resolve_dtype
 from .axes import Axis, Shape, choice, dist_axis, dtype_axis, fault_axis, flag, soc_axis
-from .kv_cache_records import spread_slots
+from .kv_cache_records import keyword_terms, sentinel_caches, spread_slots, tensors_of
 from .record import Call, Comparison, Generation, Operator, Output, SweepAxes, Tensor, TensorPlan, Tensors
 from .sampling import ROPE_VENDOR, draw, draw_tables, stream
 
@@ -129,8 +129,7 @@ def _sample(p: dict, seed: int, pool=None) -> dict:
     pos = np.arange(p["S"], dtype=np.float64).reshape(1, -1, 1, 1) if len(c.shape) == 4 else np.zeros((1, 1))
     out["cos"], out["sin"] = draw_tables(dist, c.shape, c.dtype, seed, positions=pos,
                                          pairing="half", vendor=ROPE_VENDOR)
-    for name in ("k_cache", "v_cache"):
-        out[name] = draw(dist, "cache", t[name].shape, t[name].dtype, seed, name)
+    out.update(sentinel_caches(t, seed, ("k_cache", "v_cache")))
     ranges = {"scale_k": (0.01, 0.05), "scale_v": (0.01, 0.05), "offset_k": (-4, 4), "offset_v": (-4, 4),
               "weight_scale": (5e-4, 2e-3), "activation_scale": (0.5, 2.0)}
     for name, (lo, hi) in ranges.items():
@@ -145,20 +144,12 @@ def _sample(p: dict, seed: int, pool=None) -> dict:
     return {k: out[k] for k in t}
 
 
-def _args(call: Call) -> dict:
-    return {n: call.inputs.get(n) for n in _TENSORS}
-
-
 def _check(call: Call) -> None:
     a = call.attrs
-    check_dequant_args("dequant_rope_quant_kvcache", _args(call), a.get("size_splits"),
-                       a.get("quant_mode", "static"), a.get("layout", "BSND"),
+    check_dequant_args("dequant_rope_quant_kvcache", tensors_of(call, _TENSORS),
+                       a.get("size_splits"), a.get("quant_mode", "static"), a.get("layout", "BSND"),
                        a.get("kv_output", False), a.get("cache_mode", "contiguous"), call.soc,
                        values=False)
-
-
-def _terms(call: Call) -> dict:
-    return dequant_rope_quant_kvcache_terms(**_args(call), **call.attrs, soc=call.soc)
 
 
 DEQUANT_ROPE_KV = Operator(
@@ -178,7 +169,8 @@ DEQUANT_ROPE_KV = Operator(
                  "weightScaleOptional": "weightScale", "activationScaleOptional": "activationScale",
                  "biasOptional": "bias"}),
     sweep=_sweep(),
-    generation=Generation(plan=_plan, sample=_sample, check=_check, terms=_terms,
+    generation=Generation(plan=_plan, sample=_sample, check=_check,
+                          terms=keyword_terms(dequant_rope_quant_kvcache_terms, _TENSORS),
                           socs=("A2", "A3", None)),
     comparison=Comparison(context=("size_splits", "cache_mode", "x", "dequant", "dtype"),
                           hypotheses=(hypotheses.other_values("cache_mode"),

@@ -179,6 +179,25 @@ def slots_of(p: dict, rng) -> np.ndarray:
     return spread_slots(total, [total - 1, 0, slots - 1], B * S, rng)
 
 
+def sentinel_caches(t: dict, seed: int, names) -> dict:
+    """The caches ``names`` of the plan ``t``, each holding its sentinels (``sampling.sentinels``:
+    every element encodes its index, whatever the distribution)."""
+    return {n: draw("random", "cache", t[n].shape, t[n].dtype, seed, n) for n in names}
+
+
+def tensors_of(call: Call, names) -> dict:
+    """The call's tensors ``names`` by name (None when absent)."""
+    return {n: call.inputs.get(n) for n in names}
+
+
+def keyword_terms(terms, names):
+    """A record's tolerance terms: ``terms`` called with the tensors ``names`` and the
+    attributes by keyword, and the call's profile."""
+    def of(call: Call) -> dict:
+        return terms(**tensors_of(call, names), **call.attrs, soc=call.soc)
+    return of
+
+
 def cache_scale(label: str, shape, seed: int, name: str) -> np.ndarray:
     """A quantisation scale for a cache of ``label``'s dtype (values of a few units reach the
     top codes, so some saturate)."""
@@ -202,8 +221,7 @@ def _sample_for(v2: bool):
         pos = np.broadcast_to(np.arange(c.shape[2], dtype=np.float64)[:, None], c.shape[2:3] + (1,))
         out["cos"], out["sin"] = draw_tables(dist, c.shape, c.dtype, seed, positions=pos,
                                              pairing="half", vendor=ROPE_VENDOR)
-        for name in ("k_cache", "ckv_cache"):
-            out[name] = draw(dist, "cache", t[name].shape, t[name].dtype, seed, name)
+        out.update(sentinel_caches(t, seed, ("k_cache", "ckv_cache")))
         for name, plan_q in t.items():
             if plan_q.role == "scale":
                 label = p["kcache"] if name.startswith("k_") else p["ckvcache"]
@@ -236,14 +254,9 @@ _TENSORS = ("kv", "gamma", "cos", "sin", "index", "k_cache", "ckv_cache", "k_rop
 
 def _check(call: Call) -> None:
     """The validation without the index's values (probing a case's shapes and dtypes)."""
-    check_kv_cache_args("kv_rms_norm_rope_cache_v2", {n: call.inputs.get(n) for n in _TENSORS},
+    check_kv_cache_args("kv_rms_norm_rope_cache_v2", tensors_of(call, _TENSORS),
                         call.attrs.get("epsilon", 1e-5), call.attrs.get("cache_mode", "Norm"),
                         call.attrs.get("is_output_kv", False), call.soc, values=False)
-
-
-def _terms(call: Call) -> dict:
-    return kv_rms_norm_rope_cache_terms(**{n: call.inputs.get(n) for n in _TENSORS}, **call.attrs,
-                                        soc=call.soc)
 
 
 def _describe(call: Call) -> dict:
@@ -282,7 +295,8 @@ def _record(v2: bool) -> Operator:
         tensors=Tensors(inputs=tuple(inputs), outputs=outputs, aliases=aliases),
         sweep=_sweep(v2),
         generation=Generation(plan=_plan_for(v2), sample=_sample_for(v2), check=_check,
-                              terms=_terms, socs=("A2", "A3", "950", None),
+                              terms=keyword_terms(kv_rms_norm_rope_cache_terms, _TENSORS),
+                              socs=("A2", "A3", "950", None),
                               describe=_describe),
         comparison=Comparison(context=("cache_mode", "kcache", "ckvcache", "dtype"),
                               hypotheses=(hypotheses.other_values("cache_mode"),

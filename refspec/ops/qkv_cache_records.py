@@ -18,7 +18,7 @@ from ..spec.dtypes import resolve_dtype
 from ..spec.qkv_norm_rope import qkv_rms_norm_rope_cache, qkv_rms_norm_rope_cache_terms
 from ..spec.qkv_norm_rope_checks import check_qkv_args
 from .axes import Axis, Shape, choice, dist_axis, dtype_axis, fault_axis, flag, soc_axis
-from .kv_cache_records import slots_of
+from .kv_cache_records import keyword_terms, sentinel_caches, slots_of, tensors_of
 from .record import Call, Comparison, Generation, Operator, Output, SweepAxes, Tensor, TensorPlan, Tensors
 from .sampling import ROPE_VENDOR, draw, draw_tables, stream
 
@@ -107,8 +107,7 @@ def _sample(p: dict, seed: int, pool=None) -> dict:
     pos = (np.arange(B * S) % S if c.shape[0] == B * S else np.zeros(B)).astype(np.float64)[:, None]
     out["cos"], out["sin"] = draw_tables(dist, c.shape, c.dtype, seed, positions=pos,
                                          pairing="half", vendor=ROPE_VENDOR)
-    for name in ("k_cache", "v_cache"):
-        out[name] = draw(dist, "cache", t[name].shape, t[name].dtype, seed, name)
+    out.update(sentinel_caches(t, seed, ("k_cache", "v_cache")))
     for name, plan in t.items():
         if plan.role == "scale":
             lo, hi = (0.01, 0.05) if name.endswith("scale") else (-4.0, 4.0)
@@ -124,19 +123,11 @@ def _sample(p: dict, seed: int, pool=None) -> dict:
     return {k: out[k] for k in t}
 
 
-def _args(call: Call) -> dict:
-    return {n: call.inputs.get(n) for n in _TENSORS}
-
-
 def _check(call: Call) -> None:
     a = call.attrs
-    check_qkv_args("qkv_rms_norm_rope_cache", _args(call), a.get("qkv_size"), a.get("head_nums"),
-                   a.get("epsilon", 1e-6), a.get("cache_mode", "PA_NZ"),
+    check_qkv_args("qkv_rms_norm_rope_cache", tensors_of(call, _TENSORS), a.get("qkv_size"),
+                   a.get("head_nums"), a.get("epsilon", 1e-6), a.get("cache_mode", "PA_NZ"),
                    a.get("is_output_qkv", False), call.soc, values=False)
-
-
-def _terms(call: Call) -> dict:
-    return qkv_rms_norm_rope_cache_terms(**_args(call), **call.attrs, soc=call.soc)
 
 
 QKV_ROPE_CACHE = Operator(
@@ -157,7 +148,8 @@ QKV_ROPE_CACHE = Operator(
         aliases={"kScaleOptional": "kScale", "vScaleOptional": "vScale",
                  "kOffsetOptional": "kOffset", "vOffsetOptional": "vOffset"}),
     sweep=_sweep(),
-    generation=Generation(plan=_plan, sample=_sample, check=_check, terms=_terms,
+    generation=Generation(plan=_plan, sample=_sample, check=_check,
+                          terms=keyword_terms(qkv_rms_norm_rope_cache_terms, _TENSORS),
                           socs=("A2", "A3", None)),
     comparison=Comparison(context=("head_nums", "kcache", "vcache", "dtype"),
                           hypotheses=(hypotheses.exchanged("cos", "sin"),)))
