@@ -116,9 +116,9 @@ def _plan_for(v2: bool):
         B, S, N = p["B"], p["S"], p["N"] + (fault == "heads")
         slots = p["slots"] - 8 * (fault == "block_size")
         out = {"kv": TensorPlan((B, N, S, width), kv_dt, "data"),
-               "gamma": TensorPlan((rms,), kv_dt, "weight"),
-               "cos": TensorPlan((B, N, S, rope), kv_dt, "table"),
-               "sin": TensorPlan((B, N, S, rope), kv_dt, "table"),
+               "gamma": TensorPlan((rms,), dt, "weight"),
+               "cos": TensorPlan((B, N, S, rope), dt, "table"),
+               "sin": TensorPlan((B, N, S, rope), dt, "table"),
                "index": TensorPlan(_index_shape(p), np.dtype(np.int32 if fault == "index_dtype"
                                                              else np.int64), "index")}
         for name, label, d, q in (("k_cache", p["kcache"], dk, "k_rope"),
@@ -133,7 +133,7 @@ def _plan_for(v2: bool):
                 if p["offset"]:
                     out[f"{q}_offset"] = TensorPlan(_quant_shape(p, d), np.dtype(np.float32), "scale")
         if v2:
-            out["v"] = TensorPlan((B, N, S, dv), kv_dt, "data")
+            out["v"] = TensorPlan((B, N, S, dv), dt, "data")
         return out
     return plan
 
@@ -292,7 +292,7 @@ def _record(v2: bool) -> Operator:
         aclnn="aclnnKvRmsNormRopeCacheV2" if v2 else "aclnnKvRmsNormRopeCache",
         title="KvRmsNormRopeCacheV2" if v2 else "KvRmsNormRopeCache",
         spec=kv_rms_norm_rope_cache_v2 if v2 else kv_rms_norm_rope_cache,
-        tensors=Tensors(inputs=tuple(inputs), outputs=outputs, aliases=aliases),
+        tensors=Tensors(inputs=tuple(inputs), outputs=outputs, aliases=aliases, dtype_from="cos"),
         sweep=_sweep(v2),
         generation=Generation(plan=_plan_for(v2), sample=_sample_for(v2), check=_check,
                               terms=keyword_terms(kv_rms_norm_rope_cache_terms, _TENSORS),

@@ -79,9 +79,9 @@ def _plan(p: dict) -> dict:
     B, S, N, D, Nq, Nk, Nv = _sizes(p)
     x_dt = np.dtype(np.float32) if fault == "qkv_dtype" else dt
     rows = B if p["cos"] == "batch" else B * S
-    out = {"qkv": TensorPlan((B * S, N * D), x_dt, "data"), "q_gamma": TensorPlan((D,), x_dt, "weight"),
-           "k_gamma": TensorPlan((D,), x_dt, "weight"), "cos": TensorPlan((rows, D), x_dt, "table"),
-           "sin": TensorPlan((rows, D), x_dt, "table"),
+    out = {"qkv": TensorPlan((B * S, N * D), x_dt, "data"), "q_gamma": TensorPlan((D,), dt, "weight"),
+           "k_gamma": TensorPlan((D,), dt, "weight"), "cos": TensorPlan((rows, D), dt, "table"),
+           "sin": TensorPlan((rows, D), dt, "table"),
            "index": TensorPlan((B * S,), np.dtype(np.int32 if fault == "index_dtype" else np.int64), "index")}
     for name, label, heads, p_ in (("k_cache", p["kcache"], Nk, "k"), ("v_cache", p["vcache"], Nv, "v")):
         quant = label == "int8"
@@ -146,7 +146,8 @@ QKV_ROPE_CACHE = Operator(
                  Output("k_out_before_quant", "kOutBeforeQuant", axes="TH"),
                  Output("v_out_before_quant", "vOutBeforeQuant", axes="TH")),
         aliases={"kScaleOptional": "kScale", "vScaleOptional": "vScale",
-                 "kOffsetOptional": "kOffset", "vOffsetOptional": "vOffset"}),
+                 "kOffsetOptional": "kOffset", "vOffsetOptional": "vOffset"},
+        dtype_from="cos"),
     sweep=_sweep(),
     generation=Generation(plan=_plan, sample=_sample, check=_check,
                           terms=keyword_terms(qkv_rms_norm_rope_cache_terms, _TENSORS),

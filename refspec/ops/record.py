@@ -95,12 +95,15 @@ class TensorPlan(NamedTuple):
 
 @dataclass(frozen=True)
 class Tensors:
-    """The tensors of an operator, in the spec function's order, and the aclnn spellings that
-    vendor files shorten (``xOptional`` -> the file stem ``x``)."""
+    """The tensors of an operator, in the spec function's order, the aclnn spellings that
+    vendor files shorten (``xOptional`` -> the file stem ``x``), and ``dtype_from``: the input
+    whose dtype is the case's (None: the first input that is not an index; DequantRopeQuantKvcache
+    names cos, as its x may be int32 to dequantise)."""
 
     inputs: tuple[Tensor, ...]
     outputs: tuple[Output, ...]
     aliases: Mapping[str, str] = field(default_factory=dict)
+    dtype_from: str | None = None
 
 
 def _no_names(values: dict) -> dict:
@@ -364,7 +367,8 @@ class Operator:
         each attribute as its axis stores it, what the tensors decide, the profile and dtype."""
         tensors = {k: v for k, v in call.inputs.items() if v is not None}
         primary = next((tensors[t.name] for t in self.inputs if t.name in tensors
-                        and not t.is_index), None)
+                        and (t.name == self.tensors.dtype_from if self.tensors.dtype_from
+                             else not t.is_index)), None)
         dtype = None if primary is None else dtype_name(getattr(primary, "dtype", None)
                                                         or np.asarray(primary).dtype)
         attrs = self.complete_attrs(call.attrs)
