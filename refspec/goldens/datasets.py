@@ -19,7 +19,6 @@ from typing import NamedTuple
 import h5py
 import numpy as np
 
-from ..spec.dtypes import bfloat16
 from ..spec.errors import one_line
 from .format import (BF16_ENCODING, CODES_ENCODINGS, CorruptGoldenError, GoldenFileError,
                      decode_array, real_dtype, stored_dtype)
