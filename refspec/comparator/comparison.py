@@ -278,7 +278,7 @@ def _judge_case(case, source, opts: CompareOptions, report: Report, has_status: 
     for name in case.output_names:
         try:
             golden = goldens_.get(name) or golden_output(case, name)
-            rule = resolve_rule(opts.standard, golden.dtype_name, golden.comparison_class,
+            rule = resolve_rule(opts.standard, golden.dtype_name, golden.judged_class,
                                 golden.K, rtol=opts.rtol, atol=opts.atol, op=case.op,
                                 ratio_level=opts.ratio_level)
         except Exception as exc:

@@ -153,7 +153,8 @@ class GoldenCase:
         return self.expected_error is not None
 
     def output_meta(self, name: str) -> dict:
-        """comparison_class, reduced_terms (int or None), axes, dtype of one expected output."""
+        """comparison_class, reduced_terms (int or None), axes, dtype of one expected output
+        (and, for a cache updated in place, the class of its written values, written_class)."""
         arr = self.expected[name]
         a = arr.attrs
         try:
@@ -163,7 +164,8 @@ class GoldenCase:
                               "number") from None
         return {"comparison_class": a.get("comparison_class"),
                 "reduced_terms": None if k < 0 else k,
-                "axes": a.get("axes", ""), "dtype": a.get("dtype")}
+                "axes": a.get("axes", ""), "dtype": a.get("dtype"),
+                "written_class": a.get("written_class")}
 
     def __repr__(self):
         return f"<GoldenCase {self.case_id} op={self.op}>"
