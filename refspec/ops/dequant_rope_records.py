@@ -144,6 +144,11 @@ def _sample(p: dict, seed: int, pool=None) -> dict:
     return {k: out[k] for k in t}
 
 
+def _cache_axes(p: dict) -> str:
+    """The caches' axis letters: (batch, slot, N, D) contiguous, (block, slot, N, D) paged."""
+    return "KSND" if p["cache_mode"] == "page" else "BSND"
+
+
 def _check(call: Call) -> None:
     a = call.attrs
     check_dequant_args("dequant_rope_quant_kvcache", tensors_of(call, _TENSORS),
@@ -163,8 +168,8 @@ DEQUANT_ROPE_KV = Operator(
                 Tensor("offset_v", "offsetV", "scale"), Tensor("weight_scale", "weightScale", "scale"),
                 Tensor("activation_scale", "activationScale", "scale"), Tensor("bias", "bias", "bias")),
         outputs=(Output("q_out", "qOut"), Output("k_out", "kOut"), Output("v_out", "vOut"),
-                 Output("k_cache", "kCacheRef", in_place=True),
-                 Output("v_cache", "vCacheRef", in_place=True)),
+                 Output("k_cache", "kCacheRef", axes=_cache_axes, in_place=True),
+                 Output("v_cache", "vCacheRef", axes=_cache_axes, in_place=True)),
         aliases={"offsetKOptional": "offsetK", "offsetVOptional": "offsetV",
                  "weightScaleOptional": "weightScale", "activationScaleOptional": "activationScale",
                  "biasOptional": "bias"},

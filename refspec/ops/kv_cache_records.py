@@ -19,7 +19,7 @@ import numpy as np
 
 from . import hypotheses
 from ..spec.dtypes import resolve_dtype
-from ..spec.kv_cache import BLOCKED, CACHE_MODES
+from ..spec.kv_cache import BLOCKED, CACHE_AXES, CACHE_MODES, LAYOUT_OF
 from ..spec.kv_norm_rope import (kv_rms_norm_rope_cache, kv_rms_norm_rope_cache_terms,
                                  kv_rms_norm_rope_cache_v2)
 from ..spec.kv_norm_rope_checks import check_kv_cache_args
@@ -29,7 +29,7 @@ from .record import Call, Comparison, Generation, Operator, Output, SweepAxes, T
 from .sampling import ROPE_VENDOR, draw, draw_tables, stream
 
 __all__ = ["KV_ROPE_CACHE", "KV_ROPE_CACHE_V2", "CACHE_DTYPES", "INDEX_PATTERNS", "SCALE_SHAPES", "spread_slots",
-           "slots_of", "cache_scale"]
+           "slots_of", "cache_scale", "cache_axes"]
 
 #: a cache's dtype: kv's, or quantised
 CACHE_DTYPES = ("kv",) + tuple(QUANT_NAMES.values())
@@ -179,6 +179,12 @@ def slots_of(p: dict, rng) -> np.ndarray:
     return spread_slots(total, [total - 1, 0, slots - 1], B * S, rng)
 
 
+def cache_axes(p: dict) -> str:
+    """The axis letters of a case's caches (``refspec.spec.kv_cache.CACHE_AXES``) by its cache
+    mode."""
+    return CACHE_AXES[LAYOUT_OF[p["cache_mode"]]]
+
+
 def sentinel_caches(t: dict, seed: int, names) -> dict:
     """The caches ``names`` of the plan ``t``, each holding its sentinels (``sampling.sentinels``:
     every element encodes its index, whatever the distribution)."""
@@ -284,8 +290,8 @@ def _record(v2: bool) -> Operator:
                "ckvScaleOptional": "cKvScale", "kRopeOffsetOptional": "kRopeOffset",
                "cKvOffsetOptional": "cKvOffset", "vOptional": "v", "kCache": "kCacheRef",
                "ckvCache": "ckvCacheRef"}
-    outputs = (Output("k_cache", "kCacheRef", in_place=True),
-               Output("ckv_cache", "ckvCacheRef", in_place=True),
+    outputs = (Output("k_cache", "kCacheRef", axes=cache_axes, in_place=True),
+               Output("ckv_cache", "ckvCacheRef", axes=cache_axes, in_place=True),
                Output("k_rope", "kRopeOut", axes="BNSD"), Output("c_kv", "cKvOut", axes="BNSD"))
     return Operator(
         id="kv_rope_cache_v2" if v2 else "kv_rope_cache",

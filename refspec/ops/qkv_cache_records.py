@@ -15,6 +15,7 @@ import numpy as np
 
 from . import hypotheses
 from ..spec.dtypes import resolve_dtype
+from ..spec.kv_cache import CACHE_AXES
 from ..spec.qkv_norm_rope import qkv_rms_norm_rope_cache, qkv_rms_norm_rope_cache_terms
 from ..spec.qkv_norm_rope_checks import check_qkv_args
 from .axes import Axis, Shape, choice, dist_axis, dtype_axis, fault_axis, flag, soc_axis
@@ -140,8 +141,8 @@ QKV_ROPE_CACHE = Operator(
                 Tensor("k_cache", "kCache", "cache"), Tensor("v_cache", "vCache", "cache"),
                 Tensor("k_scale", "kScale", "scale"), Tensor("v_scale", "vScale", "scale"),
                 Tensor("k_offset", "kOffset", "scale"), Tensor("v_offset", "vOffset", "scale")),
-        outputs=(Output("q_out", "qOut", axes="TH"), Output("k_cache", "kCache", in_place=True),
-                 Output("v_cache", "vCache", in_place=True),
+        outputs=(Output("q_out", "qOut", axes="TH"), Output("k_cache", "kCache", axes=CACHE_AXES["NZ"], in_place=True),
+                 Output("v_cache", "vCache", axes=CACHE_AXES["NZ"], in_place=True),
                  Output("q_out_before_quant", "qOutBeforeQuant", axes="TH"),
                  Output("k_out_before_quant", "kOutBeforeQuant", axes="TH"),
                  Output("v_out_before_quant", "vOutBeforeQuant", axes="TH")),

@@ -70,7 +70,8 @@ class Tensor:
 class Output:
     """An output: its name in the spec's result, its aclnn name, its dtype (None: the
     operator's, its primary input's; or a fixed one such as ``"float32"``), the letters of
-    its axes, a template filled in from the case parameters (``"{layout}"``), and its role:
+    its axes, a template filled in from the case parameters (``"{layout}"``) or a function of
+    them (a cache's axes by its cache mode), and its role:
     ``"stats"`` for statistics a forward returns for its backward (NormRopeConcat's training
     mean/rstd), which a Python implementation may leave out (``refspec run`` then says it
     returned none and judges the rest), "" for every other output. ``in_place``: the output
@@ -80,7 +81,7 @@ class Output:
     name: str
     aclnn: str
     dtype: str | None = None
-    axes: str = ""
+    axes: str | Callable = ""
     role: str = ""
     in_place: bool = False
 
@@ -310,6 +311,8 @@ class Operator:
     def output_axes(self, params: dict, name: str) -> str:
         """The axis letters of an output of a case (its template filled in)."""
         template = next((o.axes for o in self.outputs if o.name == name), "")
+        if callable(template):
+            return template(params)
         return string.Formatter().vformat(template, (), _Blank(params))
 
     def output_dtype(self, name: str, dtype, inputs: dict | None = None) -> np.dtype:

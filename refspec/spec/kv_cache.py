@@ -27,8 +27,8 @@ import numpy as np
 
 from .dtypes import round_to, to_float64
 
-__all__ = ["CACHE_MODES", "PAGED", "BLOCKED", "NZ_MODES", "LAYOUT_OF", "nz_width", "token_slots",
-           "element_offsets", "scatter", "written"]
+__all__ = ["CACHE_MODES", "PAGED", "BLOCKED", "NZ_MODES", "LAYOUT_OF", "CACHE_AXES", "nz_width",
+           "token_slots", "element_offsets", "scatter", "written"]
 
 #: KvRmsNormRopeCache's cache modes (the document's names; PA and PA_BNSD are the same mode)
 CACHE_MODES = ("Norm", "PA", "PA_BNSD", "PA_NZ", "PA_BLK_BNSD", "PA_BLK_NZ")
@@ -41,6 +41,10 @@ NZ_MODES = ("PA_NZ", "PA_BLK_NZ")
 #: the layout of each mode's caches
 LAYOUT_OF = {"Norm": "BNSD", "PA": "ND", "PA_BNSD": "ND", "PA_NZ": "NZ", "PA_BLK_BNSD": "ND",
              "PA_BLK_NZ": "NZ"}
+#: the letters of a cache's axes in each layout: B batch, N head, S slot (of a batch, or of a
+#: block), D, K block, F the fractal's column tile, C a column of the tile (messages name a
+#: cache's elements by them, and a slot by its B or K and S)
+CACHE_AXES = {"BNSD": "BNSD", "ND": "KSND", "NZ": "KFSC"}
 
 
 def nz_width(dtype) -> int:

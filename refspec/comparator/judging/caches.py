@@ -9,7 +9,8 @@ bit-identical, the written ones are then judged by the class of their values
 (``written_class``): quantised codes by ``quantised.judge_codes``, float values by the one
 pass of every other output (``measure.measure``) on the gathered values. Elements are named in
 the cache's own indices; a changed element outside the index is named by its slot when the
-cache's axis letters say which axes number the slots (``SLOT_AXES``), and the value it holds is
+cache's axis letters say which axes number the slots (``SLOT_AXES``; a fractal cache in its
+fractal view, ``named_shape``), and the value it holds is
 decoded as a sentinel of the input cache when it is one (``refspec.ops.sampling``: a value
 moved from another element).
 """
@@ -22,6 +23,7 @@ import numpy as np
 
 from ...ops.sampling import position_decode, position_period
 from ...spec.dtypes import round_to
+from ...spec.kv_cache import CACHE_AXES, nz_width
 from ...spec.quant_dtypes import decode, is_quant_dtype
 from ...spec.terms import QUANTISED
 from ..sources.arrays import ArrayActual
@@ -35,7 +37,7 @@ from .standards import SMALL_VALUES, Rule
 from .streaming import BlockReader, plan_blocks
 from .verdict import verdict
 
-__all__ = ["judge_cache", "scan_cache", "CacheScan", "SLOT_AXES", "CACHE_BLOCK"]
+__all__ = ["judge_cache", "scan_cache", "named_shape", "CacheScan", "SLOT_AXES", "CACHE_BLOCK"]
 
 #: elements per block of the pass over a cache (a few MiB of each side)
 CACHE_BLOCK = 1 << 21
@@ -65,7 +67,9 @@ def _bits(x: np.ndarray) -> np.ndarray:
 def scan_cache(actual, given, written: np.ndarray, shape: tuple, axes: str) -> CacheScan:
     """One pass over ``actual`` (an ActualArray of the whole cache) and ``given`` (the input
     cache, a LazyArray or an array) in blocks of ``CACHE_BLOCK``: the actual values at the
-    ascending flat offsets ``written``, and the elements elsewhere whose bits differ."""
+    ascending flat offsets ``written``, and the elements elsewhere whose bits differ, their
+    slots counted in ``shape`` (the named shape) by the axis letters ``axes``."""
+    stored = tuple(actual.shape)
     out = np.empty(written.size, actual.dtype)
     reader = BlockReader(given)
     slot_pos = [i for i, ch in enumerate(axes) if ch in SLOT_AXES] if len(axes) == len(shape) else []
@@ -73,7 +77,7 @@ def scan_cache(actual, given, written: np.ndarray, shape: tuple, axes: str) -> C
     seen = np.zeros(int(np.prod(slot_dims)), bool) if slot_pos else None
     scan = CacheScan(out)
     try:
-        for key, flat0, count in plan_blocks(shape, CACHE_BLOCK):
+        for key, flat0, count in plan_blocks(stored, CACHE_BLOCK):
             a = np.ascontiguousarray(actual.read(key, flat0, count)).reshape(-1)
             lo, hi = np.searchsorted(written, (flat0, flat0 + count))
             local = written[lo:hi] - flat0
@@ -95,14 +99,28 @@ def scan_cache(actual, given, written: np.ndarray, shape: tuple, axes: str) -> C
         reader.close()
     scan.slots = int(seen.sum()) if seen is not None else scan.changed
     if scan.first is not None:
-        scan.first_given = np.asarray(given[np.unravel_index(scan.first, shape)])
+        scan.first_given = np.asarray(given[np.unravel_index(scan.first, stored)])
     return scan
+
+
+def named_shape(golden: GoldenOutput) -> tuple:
+    """The shape a cache's elements are named in: its own, except that a fractal (NZ) cache
+    stored in its logical shape (block_num, block_size, N, D), as KvRmsNormRopeCache's are, is
+    named in its fractal view (block_num, N*D/C0, block_size, C0), the order of its memory
+    (axis letters ``KFSC``; a cache whose last axis is already C0 is that view)."""
+    shape, c0 = golden.shape, nz_width(golden.dtype)
+    if golden.axes != CACHE_AXES["NZ"] or len(shape) != 4 or shape[3] == c0:
+        return shape
+    K, S, N, D = shape
+    return (K, N * D // c0, S, c0)
 
 
 def judge_cache(res: OutputResult, job, scan: CacheScan | None = None) -> OutputResult:
     """The verdict of a cache output (``job`` a ``judge.JudgedOutput`` whose golden's class is
     ``cache``): its written values by their class, every other element bit-identical."""
-    golden, case = job.golden, job.case
+    case = job.case
+    golden = replace(job.golden, shape=named_shape(job.golden))
+    res.shape = golden.shape
     written = np.asarray(case.written[golden.name][()], dtype=np.int64)
     try:
         if scan is None:
@@ -225,6 +243,6 @@ def _moved_from(golden: GoldenOutput, scan: CacheScan, given) -> int | None:
     held = _bits(np.asarray([scan.first_actual]))
     for cand in sorted((base, base + period), key=lambda c: abs(c - scan.first)):
         if 0 <= cand < n and cand != scan.first and np.array_equal(
-                _bits(np.asarray([given[np.unravel_index(cand, golden.shape)]])), held):
+                _bits(np.asarray([given[np.unravel_index(cand, given.shape)]])), held):
             return cand
     return None
