@@ -91,7 +91,8 @@ def to_cache_dtype(x32, dtype, bug):
     if dt == np.int8:
         r = np.trunc(x32) if bug == "truncation" else np.rint(x32)
         if bug == "wrap":
-            return (r.astype(np.int64) & 0xFF).astype(np.uint8).view(np.int8)
+            with np.errstate(invalid="ignore"):
+                return (np.nan_to_num(r).astype(np.int64) & 0xFF).astype(np.uint8).view(np.int8)
         return np.clip(r, -128, 127).astype(np.int8)
     if dt in _FLOAT8_MAX:
         top = F32(_FLOAT8_MAX[dt])
