@@ -182,3 +182,39 @@ def test_an_exported_case_is_judged_on_the_cache_files_its_kernel_updates(kv_gol
     row = next(r for r in report.results if r.output == cache["python_name"])
     assert row.status == "fail" and "1 slot outside the index was changed (1 elements)" in \
         row.message, row.message
+
+
+# --- refspec run with torch: judged on the caches the function leaves behind -----------------
+
+def test_a_torch_kernel_is_judged_on_the_caches_it_updates_in_place(kv_golden, tmp_path):
+    pytest.importorskip("torch")
+    impls = str(REPO / "tests" / "impls")
+    torch_kv = f"{impls}/torch_kv.py"
+    ops_ = ["kv_rope_cache", "kv_rope_cache_v2"]
+    report = refspec.compare(kv_golden, Implementation(torch_kv, "torch", repeat=0),
+                             operators=ops_)
+    assert report.passed and not report.not_run, [r.message for r in report.failures][:3]
+    assert {r.dtype for r in report.results if r.output.endswith("cache")} >= {
+        "int8", "float8_e4m3fn", "float8_e5m2", "hifloat8", "bfloat16"}
+    # returning nothing for the caches: what it left in them is judged
+    (tmp_path / "leaves.py").write_text(
+        f"import sys\nsys.path.insert(0, {impls!r})\nfrom torch_kv import EVERY\n"
+        "def kv_rms_norm_rope_cache(**kw):\n"
+        "    k_cache, ckv_cache, k_rope, c_kv = EVERY.kv_rms_norm_rope_cache(**kw)\n"
+        "    return None, None, k_rope, c_kv\n"
+        "def untouched(**kw):\n"
+        "    kw['k_cache'], kw['ckv_cache'] = kw['k_cache'].clone(), kw['ckv_cache'].clone()\n"
+        "    return kv_rms_norm_rope_cache(**kw)\n"
+        "class Untouched:\n"
+        "    kv_rms_norm_rope_cache = staticmethod(untouched)\n"
+        "UNTOUCHED = Untouched()\n")
+    leaves = Implementation(str(tmp_path / "leaves.py"), "torch", repeat=0)
+    assert refspec.compare(kv_golden, leaves, operators=["kv_rope_cache"]).passed
+    report = refspec.compare(kv_golden, Implementation(f"{tmp_path / 'leaves.py'}:UNTOUCHED",
+                                                       "torch", repeat=0),
+                             operators=["kv_rope_cache"])
+    failed = {r.output for r in report.failures}
+    assert failed == {"k_cache", "ckv_cache"}, failed       # the caches it was given: unwritten
+    report = refspec.compare(kv_golden, Implementation(f"{torch_kv}:NEIGHBOUR_SLOT", "torch",
+                                                       repeat=0), operators=ops_)
+    assert any(OUTSIDE.match(r.message) for r in report.failures)
