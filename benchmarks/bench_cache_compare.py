@@ -20,7 +20,6 @@ the script prints the times and the ratios to the bytes' time, and asserts nothi
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -37,10 +36,9 @@ from refspec.comparator.sources.arrays import open_bin
 from refspec.goldens.export import export_cases
 
 from bench_generate import best, case_of
-from bench_kv_cache import SHAPE, VALUES, refspec_case
+from bench_kv_cache import MODES, VALUES, mode_arguments, refspec_case
 from results import print_results
 
-MODES = ("PA_BNSD", "PA_NZ")
 CACHES = ("k_cache", "ckv_cache")
 
 
@@ -109,15 +107,7 @@ def bench(mode: str, shape: dict, repeat: int, tmp: Path) -> dict:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", default=",".join(MODES), help="comma-separated cache modes of "
-                    + ", ".join(MODES))
-    ap.add_argument("--repeat", type=int, default=3, help="timings take the best of this many runs")
-    ap.add_argument("--small", action="store_true",
-                    help="16 blocks and 8 tokens: checks that the script runs, measures nothing")
-    args = ap.parse_args(argv)
-    shape = dict(SHAPE, B=8, blocks=16) if args.small else SHAPE
+    args, shape = mode_arguments(__doc__, argv)
     results = {"cpus": len(os.sched_getaffinity(0)), "load average before": os.getloadavg()}
     with tempfile.TemporaryDirectory(prefix="refspec-bench-cache-") as tmp:
         for mode in args.only.split(","):

@@ -160,8 +160,10 @@ def bench(mode: str, shape: dict, repeat: int, torch, tmp: Path) -> dict:
     return r
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__,
+def mode_arguments(doc: str, argv=None) -> tuple:
+    """The command line of a benchmark over cache modes (--only, --repeat, --small): the
+    arguments and the case's shape sizes."""
+    ap = argparse.ArgumentParser(description=doc,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default=",".join(MODES), help="comma-separated cache modes of "
                     + ", ".join(MODES))
@@ -169,8 +171,12 @@ def main(argv=None):
     ap.add_argument("--small", action="store_true",
                     help="16 blocks and 8 tokens: checks that the script runs, measures nothing")
     args = ap.parse_args(argv)
+    return args, dict(SHAPE, B=8, blocks=16) if args.small else SHAPE
+
+
+def main(argv=None):
+    args, shape = mode_arguments(__doc__, argv)
     torch, results = torch_one_thread()
-    shape = dict(SHAPE, B=8, blocks=16) if args.small else SHAPE
     with tempfile.TemporaryDirectory(prefix="refspec-bench-kv-") as tmp:
         for mode in args.only.split(","):
             results[mode] = bench(mode.strip(), shape, args.repeat, torch, Path(tmp))
