@@ -23,6 +23,7 @@ import numpy as np
 
 from ...ops.sampling import position_decode, position_period
 from ...spec.dtypes import round_to
+from ...spec.errors import one_line
 from ...spec.kv_cache import CACHE_AXES, nz_width
 from ...spec.quant_dtypes import decode, is_quant_dtype
 from ...spec.terms import QUANTISED
@@ -43,6 +44,10 @@ __all__ = ["judge_cache", "scan_cache", "named_shape", "CacheScan", "SLOT_AXES",
 CACHE_BLOCK = 1 << 21
 #: the axis letters that number a cache's slots, and what the statement calls them
 SLOT_AXES = {"B": "batch", "K": "block", "S": "slot"}
+
+
+class ActualUnreadable(Exception):
+    """Reading the actual cache failed (the output is "unreadable", not a golden error)."""
 
 
 @dataclass
@@ -78,7 +83,10 @@ def scan_cache(actual, given, written: np.ndarray, shape: tuple, axes: str) -> C
     scan = CacheScan(out)
     try:
         for key, flat0, count in plan_blocks(stored, CACHE_BLOCK):
-            a = np.ascontiguousarray(actual.read(key, flat0, count)).reshape(-1)
+            try:
+                a = np.ascontiguousarray(actual.read(key, flat0, count)).reshape(-1)
+            except Exception as exc:         # a file that changed or broke while being read
+                raise ActualUnreadable(one_line(exc)) from None
             lo, hi = np.searchsorted(written, (flat0, flat0 + count))
             local = written[lo:hi] - flat0
             out[lo:hi] = a[local]
@@ -126,8 +134,10 @@ def judge_cache(res: OutputResult, job, scan: CacheScan | None = None) -> Output
         if scan is None:
             scan = scan_cache(job.actual, case.inputs[golden.name], written, golden.shape,
                               golden.axes)
-    except Exception as exc:
+    except ActualUnreadable as exc:
         return res.problem("unreadable", f"{job.actual.source}: {exc}")
+    except Exception as exc:
+        return res.problem("error", f"reading the golden failed: {one_line(exc)}")
     exact = np.asarray(golden.exact[()], dtype=np.float64).reshape(-1)
     S = (np.asarray(case.sum_abs[golden.name][()], dtype=np.float64).reshape(-1)
          if golden.name in case.sum_abs else None)
