@@ -218,3 +218,30 @@ def test_a_torch_kernel_is_judged_on_the_caches_it_updates_in_place(kv_golden, t
     report = refspec.compare(kv_golden, Implementation(f"{torch_kv}:NEIGHBOUR_SLOT", "torch",
                                                        repeat=0), operators=ops_)
     assert any(OUTSIDE.match(r.message) for r in report.failures)
+
+
+def test_cache_contents_moved_outside_the_index_are_traced_to_where_they_were(kv_golden):
+    """The caches hold sentinels that encode their offsets: a slot outside the index that now
+    holds another slot's values is stated with the element whose value it holds."""
+    import refspec.goldens as goldens
+    with goldens.open(kv_golden) as gf:
+        case_id = next(i for i in gf.case_ids() if "/cache_mode=PA_BNSD/kcache=kv/" in i
+                       and gf[i].expected_error is None)
+        case = gf[case_id]
+        outputs = {n: case.expected[n][()] for n in case.output_names}
+        given = case.inputs["k_cache"][()]
+        written = set(case.written["k_cache"][()].tolist())
+    slot = given.shape[2] * given.shape[3]                  # elements of a slot (N*D)
+    free = [s for s in range(given.shape[0] * given.shape[1])
+            if not written & set(range(s * slot, (s + 1) * slot))]
+    to, src = free[-1], free[-2]                            # the last two slots not written
+    moved = outputs["k_cache"].reshape(-1).copy()
+    moved[to * slot:(to + 1) * slot] = given.reshape(-1)[src * slot:(src + 1) * slot]
+    outputs["k_cache"] = moved.reshape(given.shape)
+    report = refspec.compare(kv_golden, outputs, cases=case_id, status=0)
+    row = next(r for r in report.results if r.output == "k_cache")
+    blocks, slots = divmod(to, given.shape[1])
+    assert row.status == "fail" and row.message.startswith(
+        f"k_cache: 1 slot outside the index was changed ({slot} elements), first at block "
+        f"{blocks} slot {slots}: "), row.message
+    assert ", the input's value at k_cache[" in row.message, row.message
