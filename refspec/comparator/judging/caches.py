@@ -145,14 +145,14 @@ def judge_cache(res: OutputResult, job, scan: CacheScan | None = None) -> Output
         m = _written_metrics(job, written, scan.written, exact, S)
     except MeasureProblem as p:
         return res.problem(p.status, p.detail)
-    m.n = int(np.prod(golden.shape, dtype=np.int64))
-    m.failures += scan.changed
-    m.outside = {"elements": scan.changed, "slots": scan.slots, "first": scan.first}
     res.metrics = m
-    verdict(res, m, job.rule)
+    verdict(res, m, job.rule)                # the written elements, by their class's rule
     res.rule = (f"written ({golden.written_class}, {written.size} elements): "
                 f"{job.rule.describe()}; every other element bit-identical to the cache given")
-    _written_reason(res, m, written.size, job.rule)
+    _written_reason(res, m, written.size, job.rule, scan.changed)
+    m.n = int(np.prod(golden.shape, dtype=np.int64))         # then the whole cache's counts
+    m.failures += scan.changed
+    m.outside = {"elements": scan.changed, "slots": scan.slots, "first": scan.first}
     if scan.changed:
         statement = outside_statement(golden, scan, case.inputs[golden.name])
         res.status = "fail"
@@ -191,19 +191,19 @@ class _Values:
     sum_abs: dict
 
 
-def _written_reason(res: OutputResult, m: Metrics, n_written: int, rule: Rule) -> None:
-    """The reason of a cache's verdict in terms of its written elements."""
-    judged = m.failures - (m.outside or {}).get("elements", 0)
+def _written_reason(res: OutputResult, m: Metrics, n_written: int, rule: Rule,
+                    changed: int) -> None:
+    """The reason of a cache's verdict in terms of its written elements (``m`` their metrics;
+    ``changed`` the elements outside the index that changed)."""
+    judged = m.failures
     if rule.codes:
         boundary = (f", {m.boundary} of them the neighbouring code at a rounding boundary "
                     "(boundary)" if m.boundary else "")
         res.reason = (f"all {n_written} written codes are the exact values'{boundary}" if not judged
                       else f"{judged} of {n_written} written codes wrong{boundary}")
-    elif not judged:
-        res.reason = f"all {n_written} written elements within tolerance"
-    else:
-        res.reason = f"{judged} of {n_written} written elements not within tolerance"
-    if res.status == "pass" and not (m.outside or {}).get("elements"):
+    else:                                    # the verdict's own words, of the written elements
+        res.reason = res.reason.replace(" elements", " written elements", 1)
+    if res.status == "pass" and not changed:
         res.reason += "; every other element as given"
 
 
