@@ -70,8 +70,13 @@ KV_AXES = {"k_rope": "BNSD", "c_kv": "BNSD", "q_out": "TH", "q_out_before_quant"
 
 def stored_axes(p: dict, name: str) -> str:
     """The axes an output is stored with (docs/goldens.md): RoPE's the case's layout, the
-    family's those of their tensors, NormRopeConcat's by tensor."""
+    family's those of their tensors, NormRopeConcat's by tensor, a KV cache's by its cache mode
+    (docs/compare.md, "Caches updated in place")."""
     fixed = {"rope_cache": "TD", "interleave_rope": "BNSD"}
+    if name.endswith("_cache"):       # B batch, K block, S slot, F and C the fractal's tiles
+        mode = p.get("cache_mode", "PA_NZ")
+        return {"Norm": "BNSD", "contiguous": "BSND", "PA_NZ": "KFSC",
+                "PA_BLK_NZ": "KFSC"}.get(mode, "KSND")
     if p["op"] in ("kv_rope_cache", "kv_rope_cache_v2", "dequant_rope_kv", "qkv_rope_cache"):
         return KV_AXES.get(name, "") if p["op"] != "dequant_rope_kv" else ""
     if p["op"] in fixed:

@@ -248,3 +248,45 @@ def test_cache_contents_moved_outside_the_index_are_traced_to_where_they_were(kv
         f"k_cache: 1 slot outside the index was changed ({slot} elements), first at block "
         f"{blocks} slot {slots}: "), row.message
     assert ", the input's value at k_cache[" in row.message, row.message
+
+
+# --- an msprobe dump of npu_kv_rmsnorm_rope_cache (docs/real_runs.md, section 5) ----------------
+
+def _kv_dump(tmp_path, case, bug=None):
+    """A dump (msprobe's layout, MindSpore's .npy files) of one npu_kv_rmsnorm_rope_cache call
+    on the case's inputs: the caches as given among the inputs, as the call left them among the
+    outputs (the float32 kernels of kv_kernels.py, ``bug`` one of its bugs)."""
+    import implementations as impl
+    from msprobe_helpers import DumpWriter
+    inputs = case.input_arrays()
+    attrs = impl.attrs_of(case)
+    out = impl.run(case.op, attrs, inputs, bug, soc=case.soc or None)
+    w = DumpWriter(tmp_path / "dump", "mindspore")
+    args = [inputs[n] for n in ("kv", "gamma", "cos", "sin", "index", "k_cache", "ckv_cache")]
+    w.forward("npu_kv_rmsnorm_rope_cache", 0, args,
+              {"epsilon": float(attrs.get("epsilon", 1e-5)), "cache_mode": attrs["cache_mode"]},
+              [out["k_cache"], out["ckv_cache"], out.get("k_rope"), out.get("c_kv")])
+    w.close()
+    return tmp_path / "dump"
+
+
+def test_the_kv_mapping_of_docs_real_runs_makes_cases_of_a_dump(kv_golden, tmp_path):
+    from click.testing import CliRunner
+
+    import refspec.goldens as goldens
+    from refspec.cli import main
+    text = (REPO / "docs" / "real_runs.md").read_text()
+    mapping = re.findall(r"```toml\n(.*?)```", text, re.S)[3]
+    (tmp_path / "map.toml").write_text(mapping)
+    with goldens.open(kv_golden) as gf:
+        case = gf[next(i for i in gf.case_ids() if i.startswith("kv_rope_cache/soc=A2/cache_mode=PA")
+                       and "/kcache=kv/ckvcache=kv/" in i and gf[i].expected_error is None)]
+        dump = _kv_dump(tmp_path / "good", case)
+        bad = _kv_dump(tmp_path / "bad", case, "neighbour_slot")
+    res = CliRunner().invoke(main, ["check-dump", str(dump), "--map", str(tmp_path / "map.toml")])
+    assert res.exit_code == 0, res.output[-2000:]
+    assert re.search(r"^PASS: 2 passed", res.output.strip().splitlines()[-1]), res.output[-800:]
+    res = CliRunner().invoke(main, ["check-dump", str(bad), "--map", str(tmp_path / "map.toml"),
+                                    "--failures-only"])
+    assert res.exit_code == 1 and re.search(r"k_cache: 1 slot outside the index was changed",
+                                            res.output), res.output[-2000:]

@@ -50,9 +50,11 @@ class MemoryCase:
 
     def output_meta(self, name: str) -> dict:
         t = self._terms[name]
-        return {"comparison_class": t.comparison_class, "reduced_terms": t.reduced_terms,
-                "axes": self._axes.get(name, ""), "dtype": dtype_name(self.expected[name].dtype),
-                "written_class": getattr(t, "written_class", None)}
+        meta = {"comparison_class": t.comparison_class, "reduced_terms": t.reduced_terms,
+                "axes": self._axes.get(name, ""), "dtype": dtype_name(self.expected[name].dtype)}
+        if getattr(t, "written_class", None) is not None:
+            meta["written_class"] = t.written_class
+        return meta
 
     def __repr__(self):
         return f"<MemoryCase {self.case_id} op={self.op}>"
