@@ -30,7 +30,7 @@ import numpy as np
 import refspec
 from refspec.goldens.cases import build_case
 
-from bench_generate import best, case_of, inputs_of, torch_or_none
+from bench_generate import best, case_of, inputs_of, torch_one_thread
 from results import print_results
 
 CASES = {
@@ -143,12 +143,7 @@ def main(argv=None):
     ap.add_argument("--small", action="store_true",
                     help="1/32 of the tokens: checks that the script runs, measures nothing")
     args = ap.parse_args(argv)
-    torch = torch_or_none()
-    if torch is not None:
-        torch.set_num_threads(1)
-    results = {"cpus": os.cpu_count(),
-               "torch": None if torch is None else f"{torch.__version__}, {torch.get_num_threads()} thread",
-               "numpy": np.__version__, "load average": os.getloadavg()}
+    torch, results = torch_one_thread()
     for name in args.only.split(","):
         values, shape = CASES[name.strip()]
         if args.small:

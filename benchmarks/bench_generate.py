@@ -74,6 +74,17 @@ def torch_or_none():
     return torch
 
 
+def torch_one_thread():
+    """(torch set to one thread, or None; the results' first rows: the machine, the versions
+    and the load average)."""
+    torch = torch_or_none()
+    if torch is not None:
+        torch.set_num_threads(1)
+    return torch, {"cpus": os.cpu_count(),
+                   "torch": None if torch is None else f"{torch.__version__}, {torch.get_num_threads()} thread",
+                   "numpy": np.__version__, "load average": os.getloadavg()}
+
+
 def compare_to_torch(r, refspec_exact, torch_run, repeat):
     """Time torch next to refspec and add the ratios the targets name."""
     r["torch autograd f64 s"] = best(torch_run, repeat)
@@ -213,12 +224,7 @@ def main(argv=None):
         for k in ("Sq", "Sk", "Seq", "Sek", "Sr"):
             NRC_SHAPE[k] //= 8
     which = set(args.only.split(","))
-    torch = torch_or_none()
-    if torch is not None:
-        torch.set_num_threads(1)
-    results = {"cpus": os.cpu_count(),
-               "torch": None if torch is None else f"{torch.__version__}, {torch.get_num_threads()} thread",
-               "numpy": np.__version__, "load average": os.getloadavg()}
+    torch, results = torch_one_thread()
     if "a" in which:
         results["(a) RotaryPositionEmbeddingGrad"] = bench_rope(args.repeat, torch)
     if "b" in which:

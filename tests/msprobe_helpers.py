@@ -46,7 +46,7 @@ class DumpWriter:
     def _entry(self, value, record: str, category: str, suffix):
         if value is None:
             return None
-        if isinstance(value, (bool, int, float)):
+        if isinstance(value, (bool, int, float, str)):       # msprobe: {"type": "str", ...}
             return {"type": type(value).__name__, "value": value}
         if isinstance(value, list):                  # msprobe records a list item by item
             return [self._entry(v, record, category, f"{suffix}.{i}") for i, v in enumerate(value)]

@@ -12,6 +12,8 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import refspec
 from refspec.spec.nrc_checks import STREAMS
@@ -154,3 +156,62 @@ def nrc_backward_kwargs(fwd_inputs: dict, fwd_outputs, grads: dict, attrs: dict)
     kw.update(grads)
     kw.update(attrs)
     return kw
+
+
+# --- the KV-cache operators' fuzz tests ---------------------------------------------------------
+
+#: the settings of the KV-cache operators' fuzz tests (each example builds a small case)
+FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#: what a fuzz test of a KV-cache operator puts in place of one argument of a valid call
+JUNK_ARGUMENTS = (None, 0, "x", [1, 2, 3], np.zeros(3), np.zeros((2, 2), np.int8),
+                  np.array([object()], dtype=object))
+
+
+def with_junk(draw, kw: dict, socs) -> dict:
+    """The arguments ``kw`` of a valid call with one of them replaced by junk (or kept), and a
+    chip profile of ``socs`` (``draw``: hypothesis's, in a composite strategy)."""
+    name = draw(st.sampled_from(sorted(kw)))
+    kw[name] = draw(st.sampled_from([*JUNK_ARGUMENTS, kw[name]]))
+    kw["soc"] = draw(st.sampled_from(socs))
+    return kw
+
+
+def assert_aclnn_error_or_caches(fn, kw: dict) -> None:
+    """``fn(**kw)`` raises an AclnnError, or returns each ``*_cache`` argument updated: an array
+    of that argument's shape and dtype."""
+    try:
+        out = fn(**kw)
+    except refspec.AclnnError:
+        return
+    caches = [n for n in kw if n.endswith("_cache") and n in out._fields]
+    assert caches
+    for name in caches:
+        got, given = getattr(out, name), np.asarray(kw[name])
+        assert got.shape == given.shape and got.dtype == given.dtype, name
+
+
+def fuzz_test(fn, calls):
+    """A test that every example of ``calls`` (a strategy of keyword arguments, ``with_junk``'s)
+    raises an AclnnError from ``fn`` or returns its caches updated."""
+    @FUZZ
+    @given(calls)
+    def test(kw):
+        assert_aclnn_error_or_caches(fn, kw)
+    return test
+
+
+def valid_call(case, seed: int, soc: str, *args):
+    """``base(**changes)``: the keyword arguments ``case(rng, *args, **changes["case"])`` builds
+    (``rng`` seeded with ``seed``), on the chip ``soc``, with the other ``changes`` applied: the
+    valid call each rejection test changes one thing of."""
+    def base(**changes):
+        kw = case(np.random.default_rng(seed), *args, **changes.pop("case", {}))
+        return {**kw, "soc": soc, **changes}
+    return base
+
+
+def assert_rejected(fn, kw: dict, cls, code: int, argument: str) -> None:
+    """``fn(**kw)`` raises ``cls`` with the aclnn ``code``, naming ``argument``."""
+    with pytest.raises(refspec.AclnnError) as excinfo:
+        fn(**kw)
+    assert_aclnn(excinfo, cls, code, argument)

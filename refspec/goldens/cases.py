@@ -8,7 +8,9 @@ and sampled per distribution, rounded once to the case dtype) and calls the spec
   (code and message; codes are never written down here);
 - otherwise ``exact`` = the spec with ``out_dtype=np.float64`` and ``expected`` = each exact
   output rounded once (``refspec.spec.dtypes.round_to``) to its documented dtype, with the
-  tolerance metadata of ``refspec.spec.terms`` and the axis letters of each output.
+  tolerance metadata of ``refspec.spec.terms`` and the axis letters of each output. A cache
+  updated in place keeps its whole expected value but only the exact values of the elements
+  the call writes (its terms' ``written`` offsets).
 
 With ``threads`` > 1 a large case uses a thread pool of the standard library for the pieces
 that share nothing: drawing its tensors, the exact outputs beside the tolerance terms, and
@@ -70,6 +72,11 @@ class CaseData:
         return {k: self.terms[k].sum_abs for k in self.present("expected")
                 if self.terms[k].sum_abs is not None}
 
+    def written(self) -> dict:
+        """The flat offsets written into each output that is a cache updated in place."""
+        return {k: w for k in self.present("expected")
+                if (w := getattr(self.terms[k], "written", None)) is not None}
+
 
 def probe(params: dict) -> AclnnError | None:
     """The error the case's profile raises for its arguments, found without computing anything
@@ -78,12 +85,24 @@ def probe(params: dict) -> AclnnError | None:
     return ops.get(params["op"]).probe(params)
 
 
-def expected_outputs(op: ops.Operator, params: dict, exact: dict, pool=None) -> dict:
-    """Each exact output rounded once (half to even) to its documented dtype."""
+def expected_outputs(op: ops.Operator, params: dict, exact: dict, pool=None, inputs=None,
+                     written=None) -> dict:
+    """Each exact output rounded once (half to even) to its documented dtype. An output
+    updated in place has its input's dtype; with ``written`` (its flat offsets the call
+    writes) only those are rounded into a copy of the input: the spec passes every other
+    element through exactly, so rounding it would give the input's own bits (and a whole
+    KV cache in float64 is hundreds of megabytes)."""
+    written = written or {}
+
+    def one(k):
+        dtype = op.output_dtype(k, params["dtype"], inputs)
+        if k not in written or inputs is None or k not in op.in_place:
+            return round_to(exact[k], dtype)
+        out = np.array(inputs[k], copy=True)
+        out.reshape(-1)[written[k]] = round_to(exact[k].reshape(-1)[written[k]], dtype)
+        return out
     names = list(exact)
-    rounded = (pool.map if pool else map)(
-        lambda k: round_to(exact[k], op.output_dtype(k, params["dtype"])), names)
-    return dict(zip(names, rounded))
+    return dict(zip(names, (pool.map if pool else map)(one, names)))
 
 
 def compute_case(op: ops.Operator, case_id: str, params: dict, seed: int, inputs: dict,
@@ -107,9 +126,12 @@ def compute_case(op: ops.Operator, case_id: str, params: dict, seed: int, inputs
     except AclnnError as exc:
         data.error = exc
         return data
-    data.exact = exact
-    data.expected = expected_outputs(op, params, exact, pool)
     data.terms = {k: terms[k] for k in exact}
+    written = {k: w for k in exact if (w := getattr(terms[k], "written", None)) is not None}
+    data.expected = expected_outputs(op, params, exact, pool, inputs, written)
+    data.exact = exact
+    for k, w in written.items():                 # a cache: the exact values it is written
+        data.exact[k] = exact[k].reshape(-1)[w]
     data.axes = {k: op.output_axes(params, k) for k in exact}
     return data
 

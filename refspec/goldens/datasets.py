@@ -19,9 +19,9 @@ from typing import NamedTuple
 import h5py
 import numpy as np
 
-from ..spec.dtypes import bfloat16
 from ..spec.errors import one_line
-from .format import BF16_ENCODING, CorruptGoldenError, GoldenFileError, decode_array
+from .format import (BF16_ENCODING, CODES_ENCODINGS, CorruptGoldenError, GoldenFileError,
+                     decode_array, real_dtype, stored_dtype)
 from .h5_objects import bytes_crc32
 from .integrity import raw_extents, storage_problem
 
@@ -65,8 +65,9 @@ class LazyArray:
         try:
             self._attrs = {k: v for k, v in described.items() if k != "shape"}
             self.encoding = self._attrs.get("encoding")
-            self.dtype = bfloat16 if self.encoding == BF16_ENCODING else _number_dtype(
-                self._attrs["dtype"])
+            self.dtype = real_dtype(self._attrs)
+            if self.encoding not in (BF16_ENCODING, *CODES_ENCODINGS):
+                self.dtype = _number_dtype(self.dtype)
             self.shape = _shape(described["shape"])
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise self.corrupt(f"its description in the index is not usable "
@@ -90,7 +91,7 @@ class LazyArray:
             except (*READ_ERRORS, ValueError) as exc:
                 raise self.corrupt(f"missing: the index lists it, but it cannot be opened "
                                    f"({one_line(exc)})") from None
-            stored = np.dtype(np.uint16) if self.dtype == bfloat16 else self.dtype
+            stored = stored_dtype(self.dtype)
             checksum = "crc32" if self._crc is not None else (
                 "required" if self._source.checksums else None)
             try:

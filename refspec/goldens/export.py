@@ -8,7 +8,9 @@ little-endian, C order, bfloat16 as its 16-bit patterns; ``.npy`` is NumPy's for
 harness writes back: ``<output>.bin`` per output, and ``status.json`` with the status the
 kernel returned, ``{"code": 0}`` when it accepted the input or ``{"code": 561002}`` (its aclnn
 code) when it rejected it; ``expected_code`` is the code the case expects (0 for a positive
-case), which ``refspec compare`` checks (docs/compare.md, "Negative cases"). A dataset stored
+case), which ``refspec compare`` checks (docs/compare.md, "Negative cases"). An output updated in place (a
+KV cache) has ``"in_place": true``: its output file is the input file of the same name, which the
+kernel updates, and its golden is the whole cache after the call. A dataset stored
 raw (the default, no compression) is copied from its byte ranges in the golden file with large
 sequential reads; others are read through h5py in blocks. Each file is written to a temporary
 name and renamed, and existing files are never overwritten without ``force`` (checked for
@@ -157,6 +159,9 @@ def case_description(case: GoldenCase, gf: GoldenFile, fmt: str, written: dict,
             entry.update(output_file=op.tensor_file(f.python_name, fmt),
                          comparison_class=meta["comparison_class"],
                          reduced_terms=meta["reduced_terms"], axes=meta["axes"])
+            if f.python_name in op.in_place:        # the kernel updates the input file
+                entry.update(in_place=True, written_class=case.expected[f.python_name]
+                             .attrs.get("written_class"))
         files.append(entry)
     error = None
     if case.expected_error is not None:

@@ -15,12 +15,14 @@ from math import prod
 import numpy as np
 
 from ..spec.dtypes import bfloat16, dtype_name
+from ..spec.quant_dtypes import float8_e4m3fn, float8_e5m2, hifloat8
 
 __all__ = [
     "SCHEMA_VERSION", "CASES_GROUP", "CHUNK_BYTES", "MIN_CHUNKED_BYTES", "INDEX_DATASET", "CASE_SUBGROUPS", "BF16_ENCODING",
     "COMPRESSIONS", "DEFAULT_COMPRESSION", "DEFAULT_GZIP_LEVEL", "LIBVER",
     "GoldenFileError", "GoldenFileExistsError", "GoldenFileDamagedError", "CorruptGoldenError",
     "IncompleteGoldenError", "GoldenFileLockedError", "UnknownCaseError", "CHECKSUMS",
+    "CODES_ENCODINGS", "real_dtype",
     "part_path", "parts_dir", "interrupted_run", "encode_array", "decode_array", "stored_dtype",
     "bits_to_bfloat16", "chunk_shape",
     "compression_filters", "describe_compression", "case_path", "check_case_id", "to_jsonable", "attr_value",
@@ -32,9 +34,13 @@ __all__ = [
 SCHEMA_VERSION = 2
 CASES_GROUP = "cases"
 INDEX_DATASET = "index"
-#: the subgroups of a case group, in the order they are written
-CASE_SUBGROUPS = ("inputs", "expected", "exact", "sum_abs")
+#: the subgroups of a case group, in the order they are written (``written``: the flat offsets
+#: of the elements a call writes into a cache it updates in place)
+CASE_SUBGROUPS = ("inputs", "expected", "exact", "sum_abs", "written")
 BF16_ENCODING = "bfloat16-bits"
+#: the 8-bit float dtypes of quantised caches, stored as their code bytes (uint8)
+CODES_ENCODINGS = {f"{dtype_name(d)}-bits": d for d in (float8_e4m3fn, float8_e5m2, hifloat8)}
+_CODES = {d: e for e, d in CODES_ENCODINGS.items()}
 #: compression names accepted by the writer ("gzip" takes a level: "gzip", "gzip:1" ... "gzip:9")
 COMPRESSIONS = ("none", "lzf", "gzip")
 #: chosen from benchmarks/bench_compression.py (docs/goldens.md, "Compression"): random
@@ -151,6 +157,8 @@ def encode_array(arr) -> tuple[np.ndarray, dict]:
     arr = np.ascontiguousarray(arr)
     if arr.dtype == bfloat16:
         return arr.view(np.uint16), {"dtype": "bfloat16", "encoding": BF16_ENCODING}
+    if arr.dtype in _CODES:
+        return arr.view(np.uint8), {"dtype": dtype_name(arr.dtype), "encoding": _CODES[arr.dtype]}
     if arr.dtype.kind not in "fiub" or arr.dtype.byteorder == ">":
         raise TypeError(f"cannot store an array of dtype {arr.dtype} (allowed: float16, bfloat16, "
                         "float32, float64 and native integers)")
@@ -158,8 +166,9 @@ def encode_array(arr) -> tuple[np.ndarray, dict]:
 
 
 def stored_dtype(real: np.dtype) -> np.dtype:
-    """The little-endian dtype a ``.bin`` stores ``real`` in (uint16 bits for bfloat16)."""
-    dt = np.dtype(np.uint16) if real == bfloat16 else np.dtype(real)
+    """The little-endian dtype a ``.bin`` stores ``real`` in (uint16 bits for bfloat16, the code
+    bytes for the 8-bit float dtypes)."""
+    dt = np.dtype(np.uint16) if real == bfloat16 else np.dtype(np.uint8) if real in _CODES else np.dtype(real)
     return dt.newbyteorder("<") if dt.itemsize > 1 else dt
 
 
@@ -175,7 +184,17 @@ def decode_array(raw, encoding) -> np.ndarray:
     raw = np.asarray(raw)
     if encoding == BF16_ENCODING:
         return raw.view(bfloat16)
+    if encoding in CODES_ENCODINGS:
+        return raw.view(CODES_ENCODINGS[encoding])
     return raw
+
+
+def real_dtype(attrs: dict) -> np.dtype:
+    """The dtype a dataset with these attributes decodes to."""
+    encoding = attrs.get("encoding")
+    if encoding == BF16_ENCODING:
+        return bfloat16
+    return CODES_ENCODINGS.get(encoding) or np.dtype(attrs["dtype"])
 
 
 def chunk_shape(shape: tuple[int, ...], itemsize: int, target: int = CHUNK_BYTES,

@@ -30,7 +30,7 @@ __all__ = ["FORMAT", "array_digest", "data_entry", "file_manifest", "memory_mani
            "sweep_manifest", "compare", "main"]
 
 FORMAT = "refspec-manifest-1"
-_GROUPS = ("inputs", "expected", "exact", "sum_abs")
+_GROUPS = ("inputs", "expected", "exact", "sum_abs", "written")
 
 
 def array_digest(arr) -> str:
@@ -58,7 +58,7 @@ def data_entry(data) -> dict:
     same digests as ``file_manifest`` gives for the written case."""
     groups = {"inputs": data.inputs, "expected": data.expected, "exact": data.exact,
               "sum_abs": {k: data.terms[k].sum_abs for k in data.expected
-                          if data.terms[k].sum_abs is not None}}
+                          if data.terms[k].sum_abs is not None}, "written": data.written()}
     datasets = {f"{g}/{name}": array_digest(np.asarray(a, dtype=np.float64) if g in ("exact", "sum_abs") else a)
                 for g, arrays in groups.items() for name, a in arrays.items() if a is not None}
     return {"seed": data.seed, "expected_error_code": 0 if data.error is None else data.error.code,

@@ -154,7 +154,8 @@ class GoldenCase:
         return self.expected_error is not None
 
     def output_meta(self, name: str) -> dict:
-        """comparison_class, reduced_terms (int or None), axes, dtype of one expected output."""
+        """comparison_class, reduced_terms (int or None), axes, dtype of one expected output
+        (and, for a cache updated in place, the class of its written values, written_class)."""
         arr = self.expected[name]
         a = arr.attrs
         try:
@@ -162,9 +163,12 @@ class GoldenCase:
         except (TypeError, ValueError):
             raise arr.corrupt(f"reduced_terms {a.get('reduced_terms')!r} in the index is not a "
                               "number") from None
-        return {"comparison_class": a.get("comparison_class"),
+        meta = {"comparison_class": a.get("comparison_class"),
                 "reduced_terms": None if k < 0 else k,
                 "axes": a.get("axes", ""), "dtype": a.get("dtype")}
+        if a.get("written_class") is not None:
+            meta["written_class"] = a["written_class"]
+        return meta
 
     def __repr__(self):
         return f"<GoldenCase {self.case_id} op={self.op}>"

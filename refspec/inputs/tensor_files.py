@@ -5,7 +5,8 @@
 them. ``.npy`` is read with ``allow_pickle=False``; NumPy has no bfloat16, so a bfloat16 array
 appears as uint16 bits (what ``refspec export`` writes) or as 2-byte voids (what ``np.save``
 writes for an ml_dtypes array). Index tensors (RopeWithSinCosCache's positions) are integer
-arrays: ``INDEX_DTYPES``. ``npy_spec`` reads only the header, ``read_tensor`` the data. Every
+arrays: ``INDEX_DTYPES``; the float8 and HiFloat8 codes of quantised caches are their bytes
+(``CODE_DTYPES``). ``npy_spec`` reads only the header, ``read_tensor`` the data. Every
 problem is a ``TensorFileError`` naming the file and what was expected.
 """
 
@@ -22,12 +23,16 @@ from ..goldens.format import bits_to_bfloat16, stored_dtype
 from ..spec.dtypes import MATH_DTYPES, bfloat16, dtype_name, resolve_dtype
 from ..spec.errors import AclnnError
 from ..spec.errors import one_line
+from ..spec.quant_dtypes import QUANT_NAMES
 
-__all__ = ["TensorFileError", "TensorFile", "INDEX_DTYPES", "tensor_dtype", "read_npy_header",
+__all__ = ["TensorFileError", "TensorFile", "INDEX_DTYPES", "CODE_DTYPES", "tensor_dtype", "read_npy_header",
            "npy_spec", "bin_spec", "read_tensor", "real_dtype_of", "sha256_of", "size_hint"]
 
 #: the dtypes of index tensors (positions) a file may hold besides the four float dtypes
 INDEX_DTYPES = tuple(np.dtype(t) for t in (np.int64, np.int32, np.int16, np.int8, np.uint8))
+#: the 8-bit float dtypes of quantised caches, which files hold as their code bytes
+CODE_DTYPES = tuple(d for d in QUANT_NAMES if d.kind not in "iu")
+_CODE_NAMES = {QUANT_NAMES[d]: d for d in CODE_DTYPES}
 
 
 class TensorFileError(ValueError):
@@ -36,18 +41,21 @@ class TensorFileError(ValueError):
 
 def tensor_dtype(value) -> np.dtype:
     """The dtype a description names: a float dtype by any name ``resolve_dtype`` reads
-    (``bf16``, ``float32``, ...) or an integer dtype of ``INDEX_DTYPES`` (``int64``, ...);
-    ValueError naming the allowed ones otherwise."""
+    (``bf16``, ``float32``, ...), an integer dtype of ``INDEX_DTYPES`` (``int64``, ...) or an
+    8-bit code dtype of ``CODE_DTYPES`` (``float8_e4m3fn``, ``hifloat8``, ...); ValueError
+    naming the allowed ones otherwise."""
     try:
         return resolve_dtype(value)
     except AclnnError:
         pass
+    if isinstance(value, str) and value in _CODE_NAMES:
+        return _CODE_NAMES[value]
     try:
         dt = np.dtype(value)
     except TypeError:
         dt = None
-    if dt not in INDEX_DTYPES:
-        allowed = [dtype_name(d) for d in MATH_DTYPES + INDEX_DTYPES]
+    if dt not in INDEX_DTYPES + CODE_DTYPES:
+        allowed = [dtype_name(d) for d in MATH_DTYPES + INDEX_DTYPES + CODE_DTYPES]
         raise ValueError(f"dtype {value!r} is not allowed; allowed: {', '.join(allowed)}")
     return dt
 
@@ -85,6 +93,8 @@ def real_dtype_of(stored: np.dtype, declared: np.dtype | None) -> np.dtype | Non
         return None
     if np.dtype(declared).kind in "iu":
         return declared if native == np.dtype(declared) else None
+    if declared in CODE_DTYPES:                   # as itself or as its code bytes
+        return declared if stored == declared or stored == np.dtype(np.uint8) else None
     if declared == bfloat16:
         return bfloat16 if bits or stored == bfloat16 else None
     if stored.kind == "f" and stored.itemsize == declared.itemsize and stored != bfloat16:
@@ -167,6 +177,8 @@ def read_tensor(spec: TensorFile) -> np.ndarray:
         raw = raw.reshape(spec.shape)
     if spec.dtype == bfloat16 and raw.dtype != bfloat16:
         return bits_to_bfloat16(raw)
+    if spec.dtype in CODE_DTYPES:
+        return np.ascontiguousarray(raw).view(spec.dtype)
     return raw.astype(spec.dtype, copy=False)
 
 

@@ -12,8 +12,11 @@ records are those of ``refspec.ops.rope_records`` and ``refspec.ops.nrc_records`
 from __future__ import annotations
 
 from .apply_rope_records import APPLY_ROPE, APPLY_ROPE_V2
+from .dequant_rope_records import DEQUANT_ROPE_KV
 from .interleave_rope_records import INTERLEAVE_ROPE
+from .kv_cache_records import KV_ROPE_CACHE, KV_ROPE_CACHE_V2
 from .nrc_records import NRC, NRC_GRAD
+from .qkv_cache_records import QKV_ROPE_CACHE
 from .record import (Autograd, Operator, Output, SweepAxes, Tensor, TensorPlan, camel_case,
                      check_names)
 from .rope_cache_records import ROPE_CACHE
@@ -64,5 +67,5 @@ def get(name) -> Operator:
 
 
 for _op in (ROPE_GRAD, ROPE, NRC_GRAD, NRC, APPLY_ROPE, APPLY_ROPE_V2, ROPE_CACHE,
-            INTERLEAVE_ROPE):
+            INTERLEAVE_ROPE, KV_ROPE_CACHE, KV_ROPE_CACHE_V2, DEQUANT_ROPE_KV, QKV_ROPE_CACHE):
     register(_op)

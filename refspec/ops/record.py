@@ -23,6 +23,7 @@ import numpy as np
 
 from ..spec.dtypes import bfloat16, dtype_name, resolve_dtype
 from ..spec.errors import AclnnError
+from ..spec.quant_dtypes import is_quant_dtype
 from .axes import Axis, Shape
 
 __all__ = ["Call", "Tensor", "Output", "TensorPlan", "Tensors", "SweepAxes", "Generation",
@@ -43,7 +44,9 @@ class Tensor:
     """An input: the spec function's parameter ``name``, its aclnn parameter name (the stem of
     its vendor file, e.g. ``gradQueryOutput.bin``) and its sampling ``role``: data, grad,
     weight, bias (drawn), table (cos/sin drawn together), stats (derived from other inputs),
-    index (integers the record plans: positions)."""
+    index (integers the record plans: positions, cache slots), cache (a cache updated in place,
+    holding sentinel values; its dtype may be an 8-bit one), scale (quantisation parameters
+    the record draws)."""
 
     name: str
     aclnn: str
@@ -58,6 +61,8 @@ class Tensor:
         """Whether a file or dump may hold this tensor in ``dtype``: an integer dtype for an
         index tensor, a float one otherwise (the spec's checks judge the rest)."""
         kind = np.dtype(dtype).kind
+        if self.role == "cache" and is_quant_dtype(dtype):
+            return True
         return kind in "iu" if self.is_index else (kind == "f" or np.dtype(dtype) == bfloat16)
 
 
@@ -65,16 +70,20 @@ class Tensor:
 class Output:
     """An output: its name in the spec's result, its aclnn name, its dtype (None: the
     operator's, its primary input's; or a fixed one such as ``"float32"``), the letters of
-    its axes, a template filled in from the case parameters (``"{layout}"``), and its role:
+    its axes, a template filled in from the case parameters (``"{layout}"``) or a function of
+    them (a cache's axes by its cache mode), and its role:
     ``"stats"`` for statistics a forward returns for its backward (NormRopeConcat's training
     mean/rstd), which a Python implementation may leave out (``refspec run`` then says it
-    returned none and judges the rest), "" for every other output."""
+    returned none and judges the rest), "" for every other output. ``in_place``: the output
+    is the input of the same name updated in place (a KV cache): it has that input's dtype and
+    vendor file, which the kernel updates."""
 
     name: str
     aclnn: str
     dtype: str | None = None
-    axes: str = ""
+    axes: str | Callable = ""
     role: str = ""
+    in_place: bool = False
 
 
 class TensorPlan(NamedTuple):
@@ -87,12 +96,15 @@ class TensorPlan(NamedTuple):
 
 @dataclass(frozen=True)
 class Tensors:
-    """The tensors of an operator, in the spec function's order, and the aclnn spellings that
-    vendor files shorten (``xOptional`` -> the file stem ``x``)."""
+    """The tensors of an operator, in the spec function's order, the aclnn spellings that
+    vendor files shorten (``xOptional`` -> the file stem ``x``), and ``dtype_from``: the input
+    whose dtype is the case's (None: the first input that is not an index; DequantRopeQuantKvcache
+    names cos, as its x may be int32 to dequantise)."""
 
     inputs: tuple[Tensor, ...]
     outputs: tuple[Output, ...]
     aliases: Mapping[str, str] = field(default_factory=dict)
+    dtype_from: str | None = None
 
 
 def _no_names(values: dict) -> dict:
@@ -299,12 +311,22 @@ class Operator:
     def output_axes(self, params: dict, name: str) -> str:
         """The axis letters of an output of a case (its template filled in)."""
         template = next((o.axes for o in self.outputs if o.name == name), "")
+        if callable(template):
+            return template(params)
         return string.Formatter().vformat(template, (), _Blank(params))
 
-    def output_dtype(self, name: str, dtype) -> np.dtype:
-        """The dtype an output is stored in, for a case of ``dtype``."""
-        fixed = next((o.dtype for o in self.outputs if o.name == name), None)
-        return resolve_dtype(fixed or dtype)
+    def output_dtype(self, name: str, dtype, inputs: dict | None = None) -> np.dtype:
+        """The dtype an output is stored in, for a case of ``dtype`` (an output updated in place:
+        the dtype of its input in ``inputs``)."""
+        out = next((o for o in self.outputs if o.name == name), None)
+        if out is not None and out.in_place and inputs is not None:
+            return np.asarray(inputs[name]).dtype
+        return resolve_dtype((out.dtype if out else None) or dtype)
+
+    @property
+    def in_place(self) -> tuple[str, ...]:
+        """The outputs that are inputs updated in place."""
+        return tuple(o.name for o in self.outputs if o.in_place)
 
     # --- parameters and the spec's arguments ---------------------------------------------------
     def attrs_of(self, params: dict) -> dict:
@@ -348,7 +370,8 @@ class Operator:
         each attribute as its axis stores it, what the tensors decide, the profile and dtype."""
         tensors = {k: v for k, v in call.inputs.items() if v is not None}
         primary = next((tensors[t.name] for t in self.inputs if t.name in tensors
-                        and not t.is_index), None)
+                        and (t.name == self.tensors.dtype_from if self.tensors.dtype_from
+                             else not t.is_index)), None)
         dtype = None if primary is None else dtype_name(getattr(primary, "dtype", None)
                                                         or np.asarray(primary).dtype)
         attrs = self.complete_attrs(call.attrs)

@@ -41,16 +41,18 @@ import ml_dtypes
 import numpy as np
 
 from ..spec.dtypes import resolve_dtype, round_to
+from ..spec.quant_dtypes import decode, is_quant_dtype
 
 __all__ = ["DISTRIBUTIONS", "ROLES", "PAIRINGS", "ROPE_BASE", "Vendor", "ROPE_VENDOR",
            "NRC_VENDOR", "stream", "draw", "draw_tables", "rotary_angles", "position_code",
            "position_decode", "position_period", "significand_bits", "dtype_max",
-           "smallest_subnormal"]
+           "smallest_subnormal", "sentinels"]
 
 DISTRIBUTIONS = ("random", "rotary", "vendor", "position-coded", "special")
 #: what a tensor is to the operator: it decides the value range of most distributions (tables
-#: and statistics are made by the records from the other inputs, not drawn)
-ROLES = ("data", "grad", "weight", "bias", "table", "stats")
+#: and statistics are made by the records from the other inputs, not drawn; a cache the call
+#: updates in place holds sentinel values, ``sentinels``, whatever the distribution)
+ROLES = ("data", "grad", "weight", "bias", "table", "stats", "cache")
 #: how the frequencies of a rotary table repeat along D
 PAIRINGS = ("half", "interleave", "quarter", "element")
 ROPE_BASE = 10000.0
@@ -113,12 +115,21 @@ def position_code(shape, dtype, name: str) -> np.ndarray:
     [2^-(p-2), 4] in magnitude."""
     dt = resolve_dtype(dtype)
     p, period, offset = _code_params(dt, name)
-    i = np.arange(int(np.prod(shape, dtype=np.int64)), dtype=np.int64)
+    n = int(np.prod(shape, dtype=np.int64))
+    i = np.arange(min(n, period), dtype=np.int64)
     j = (i + offset) % period
     half = period // 2
     k = (j % half + 1).astype(np.float64)
-    values = np.where(j >= half, -k, k) * 2.0 ** -(p - 2)
-    return round_to(values.reshape(shape), dt)
+    values = round_to(np.where(j >= half, -k, k) * 2.0 ** -(p - 2), dt)
+    return _cycle(values, n).reshape(shape)
+
+
+def _cycle(one_period: np.ndarray, n: int) -> np.ndarray:
+    """The first ``n`` elements of ``one_period`` repeated (the codes of element i depend on i
+    modulo the period only: a large cache costs one period's arithmetic and a copy)."""
+    if n <= len(one_period):
+        return one_period[:n]
+    return np.tile(one_period, -(-n // len(one_period)))[:n]
 
 
 def position_decode(values, dtype, name: str) -> np.ndarray:
@@ -129,6 +140,25 @@ def position_decode(values, dtype, name: str) -> np.ndarray:
     k = np.rint(np.abs(v) * 2.0 ** (p - 2)).astype(np.int64)
     j = (k - 1) + np.where(v < 0, period // 2, 0)
     return (j - offset) % period
+
+
+def sentinels(shape, dtype, name: str) -> np.ndarray:
+    """The values a cache holds before a call (role ``cache``): every element encodes its flat
+    index, so a value written to the wrong slot, or a slot changed that the index does not name,
+    shows. Float caches hold ``position_code``'s values (distinct over 2^(p+1) elements);
+    int8 and the 8-bit float caches cycle through their finite non-zero codes from an offset
+    derived from the tensor's name (distinct over 255 or the format's finite codes)."""
+    shape = tuple(int(s) for s in shape)
+    dt = np.dtype(dtype)
+    if not is_quant_dtype(dt):
+        return position_code(shape, dt, name)
+    codes = np.arange(256, dtype=np.uint8)
+    values = decode(codes.view(dt))
+    usable = codes[np.isfinite(values) & (values != 0)]
+    offset = _code_params(np.float16, name)[2]
+    n = int(np.prod(shape, dtype=np.int64))
+    one_period = usable[(np.arange(len(usable)) + offset) % len(usable)]
+    return _cycle(one_period, n).reshape(shape).view(dt)
 
 
 # --- special values ---------------------------------------------------------------------------
@@ -188,6 +218,8 @@ def draw(dist: str, role: str, shape, dtype, seed: int, name: str, *,
     ``role`` is one of ``ROLES``; ``vendor`` gives the ranges of ``vendor``; ``large`` is
     the large magnitude of the ``special`` distribution for this tensor.
     """
+    if role == "cache":
+        return sentinels(shape, dtype, name)
     dt = resolve_dtype(dtype)
     shape = tuple(int(s) for s in shape)
     if dist == "position-coded":

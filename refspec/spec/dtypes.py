@@ -1,7 +1,9 @@
 """Dtypes: what the operators accept, exact widening, and correct rounding (docs/rope.md §6).
 
 The spec computes in float64 on the exact input values and rounds each output once,
-round-half-to-even (errata E12), to the dtype the operator documents.
+round-half-to-even (errata E12), to the dtype the operator documents. The 8-bit dtypes of
+quantised caches (int8, float8_e4m3fn, float8_e5m2, HiFloat8) are reached by their own one
+rounding with saturation (``refspec.spec.quant_dtypes``).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from . import quant_dtypes
 from .errors import ParamInvalidError
 
 __all__ = [
@@ -33,7 +36,8 @@ DEVICE_DTYPES = (float16, bfloat16, float32)
 #: dtypes the math-only profile (``soc=None``) accepts as well.
 MATH_DTYPES = DEVICE_DTYPES + (float64,)
 
-_NAMES = {float16: "float16", bfloat16: "bfloat16", float32: "float32", float64: "float64"}
+_NAMES = {float16: "float16", bfloat16: "bfloat16", float32: "float32", float64: "float64",
+          **quant_dtypes.QUANT_NAMES}
 
 
 def dtype_name(dtype) -> str:
@@ -54,15 +58,20 @@ def resolve_dtype(dtype) -> np.dtype:
         dt = np.dtype(dtype)
     except TypeError as exc:
         raise ParamInvalidError(f"dtype {dtype!r} is not a dtype; allowed: "
-                                f"{', '.join(_NAMES.values())}") from exc
+                                f"{', '.join(_NAMES[d] for d in MATH_DTYPES)}") from exc
     if dt not in MATH_DTYPES:
-        raise ParamInvalidError(f"dtype {dt} is not allowed; allowed: {', '.join(_NAMES.values())}")
+        raise ParamInvalidError(f"dtype {dtype_name(dt)} is not allowed; allowed: "
+                                f"{', '.join(_NAMES[d] for d in MATH_DTYPES)}")
     return dt
 
 
 def to_float64(a: np.ndarray) -> np.ndarray:
-    """Widen exactly to float64 (every value of the four float dtypes is a float64 value)."""
-    return np.asarray(a).astype(np.float64, copy=False)
+    """Widen exactly to float64 (every value of the float dtypes and of the quantised cache
+    dtypes is a float64 value; HiFloat8 codes are decoded)."""
+    a = np.asarray(a)
+    if a.dtype == quant_dtypes.hifloat8:
+        return quant_dtypes.decode(a)
+    return a.astype(np.float64, copy=False)
 
 
 def widen(arrays: dict, dtype=np.float64) -> dict:
@@ -101,8 +110,12 @@ def round_to(x: np.ndarray, dtype) -> np.ndarray:
     float32 and float16 conversions of NumPy are single correct roundings. Going float64 ->
     float32 -> bfloat16 rounds twice (1 + 2^-8 + 2^-30 would become 1, not 1 + 2^-7), and older
     ml_dtypes releases convert float64 that way, so bfloat16 is reached through float32 rounded
-    to odd, which is correct whatever the ml_dtypes version.
+    to odd, which is correct whatever the ml_dtypes version. The quantised cache dtypes (int8,
+    float8_e4m3fn, float8_e5m2, hifloat8) get their own rounding with saturation
+    (``refspec.spec.quant_dtypes.round_code``).
     """
+    if quant_dtypes.is_quant_dtype(dtype):
+        return quant_dtypes.round_code(x, dtype)
     dt = resolve_dtype(dtype)
     x = np.asarray(x, dtype=np.float64)
     if dt == bfloat16:

@@ -25,13 +25,17 @@ from .reduce import reduced_terms, sum_rows, sum_to_shape
 from .rope import ROPE_BACKWARD, ROPE_FORWARD
 from .rope_checks import check_rope_args
 
-__all__ = ["COPY", "ELEMENTWISE", "ROW_REDUCTION", "REDUCTION", "CLASSES", "OutputTerms",
+__all__ = ["COPY", "ELEMENTWISE", "ROW_REDUCTION", "REDUCTION", "QUANTISED", "CACHE", "CLASSES",
+           "OutputTerms", "CacheTerms",
            "rope_grad_terms", "rope_terms", "norm_rope_concat_backward_terms",
            "norm_rope_concat_terms", "upstream_abs", "rope_elementwise_sum_abs",
            "norm_rope_concat_backward_elementwise_sum_abs", "needs_elementwise_sum_abs"]
 
 COPY, ELEMENTWISE, ROW_REDUCTION, REDUCTION = "copy", "elementwise", "row_reduction", "reduction"
-CLASSES = (COPY, ELEMENTWISE, ROW_REDUCTION, REDUCTION)
+#: codes of an 8-bit dtype (int8, float8, HiFloat8), and a cache updated in place
+#: (docs/compare.md, "Quantised codes and caches updated in place: what the golden stores")
+QUANTISED, CACHE = "quantised", "cache"
+CLASSES = (COPY, ELEMENTWISE, ROW_REDUCTION, REDUCTION, QUANTISED, CACHE)
 
 
 class OutputTerms(NamedTuple):
@@ -41,6 +45,21 @@ class OutputTerms(NamedTuple):
     comparison_class: str
     reduced_terms: int | None = None
     sum_abs: np.ndarray | None = None
+
+
+class CacheTerms(NamedTuple):
+    """The terms of a ``CACHE`` output, a cache the call updates in place (the golden is the
+    whole cache after the call): ``written``, the flat C-order offsets of the elements the call
+    writes (int64, ascending); ``written_class``, the class of the values written
+    (``QUANTISED``, ``ELEMENTWISE``, ``ROW_REDUCTION`` or ``COPY``); K and S those of the written
+    values, S one per written offset, in their order. A ``QUANTISED`` value's exact value is
+    the one before rounding (``x*scale + offset``) and S bounds the arithmetic before it."""
+
+    comparison_class: str
+    reduced_terms: int | None
+    sum_abs: np.ndarray | None
+    written: np.ndarray
+    written_class: str
 
 
 def needs_elementwise_sum_abs(dtype) -> bool:

@@ -77,7 +77,8 @@ def test_smoke_has_negative_cases_of_every_error_code_and_profile(smoke):
     assert {"A2", "950"} <= socs
     ops = {op for v in codes.values() for op, _soc in v}
     assert ops == {"rope_grad", "rope", "nrc_grad", "nrc", "apply_rope_v2", "rope_cache",
-                   "interleave_rope"}
+                   "interleave_rope", "kv_rope_cache", "kv_rope_cache_v2", "dequant_rope_kv",
+                   "qkv_rope_cache"}
 
 
 @pytest.mark.parametrize("name, tier", [("smoke", "smoke"), ("standard", "quick"),

@@ -400,18 +400,40 @@ def attrs_of(case) -> dict:
     return ops.get(case.op).attrs_of(case.params)
 
 
-def run(op: str, attrs: dict, inputs: dict, bug=None) -> dict:
+def run(op: str, attrs: dict, inputs: dict, bug=None, soc=None) -> dict:
     """Outputs of the device-like implementation of ``op`` (an operator's id or function name)
-    with the spec's attributes ``attrs``. Cases in float64 (the math-only profile; no device has
-    it) run the same code in float64 arithmetic."""
+    with the spec's attributes ``attrs`` (on the chip profile ``soc``, which the KV-cache
+    operators' front end needs). Cases in float64 (the math-only profile; no device has it)
+    run the same code in float64 arithmetic."""
     global F32
     inputs = {k: v for k, v in inputs.items() if v is not None}
+    record = ops.get(op)
+    if record.in_place:                       # kv_kernels.py: the caches updated in place
+        return _run_kv(record, attrs, inputs, bug, soc)
     wide = any(np.asarray(v).dtype == np.float64 for v in inputs.values())
     saved, F32 = F32, (np.float64 if wide else np.float32)
     try:
-        return _run(ops.get(op).function, attrs, inputs, bug)
+        return _run(record.function, attrs, inputs, bug)
     finally:
         F32 = saved
+
+
+def _run_kv(record, attrs: dict, inputs: dict, bug, soc) -> dict:
+    """A KV-cache operator of kv_kernels.py on copies of the caches; its outputs by name."""
+    import kv_kernels
+    t = {n: inputs.get(n) for n in record.input_names}
+    for name in record.in_place:
+        t[name] = np.array(t[name], copy=True)
+    fn = record.function
+    if fn.startswith("kv_rms_norm_rope_cache"):
+        out = kv_kernels.kv_rms_norm_rope_cache(
+            {**t, "v": t.get("v")}, attrs.get("epsilon", 1e-5), attrs.get("cache_mode", "Norm"),
+            attrs.get("is_output_kv", False), soc, bug, v2=fn.endswith("_v2"))
+    elif fn == "dequant_rope_quant_kvcache":
+        out = kv_kernels.dequant_rope_quant_kvcache(t, attrs, soc, bug)
+    else:
+        out = kv_kernels.qkv_rms_norm_rope_cache(t, attrs, soc, bug)
+    return {n: v for n, v in zip(record.output_names, out) if v is not None}
 
 
 def _run(op, attrs, inputs, bug):

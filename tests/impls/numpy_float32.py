@@ -5,8 +5,10 @@ behind the profile's argument checks (the operator records' own, standing in for
 front end).
 
 ``--impl tests/impls/numpy_float32.py`` gives the two backward functions (the module has no
-forward: its forward cases are not run); ``...numpy_float32.py:EVERY`` all of them;
-``...numpy_float32.py:NAME`` a deliberately broken variant of all of them (``BROKEN``).
+forward: its forward cases are not run); ``...numpy_float32.py:EVERY`` all of them, the
+KV-cache operators too (``kv_kernels.py``: the caches updated in place);
+``...numpy_float32.py:NAME`` a deliberately broken variant of all of them (``BROKEN``, and the
+broken cache kernels ``CACHE_BUGS``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import implementations  # noqa: E402  (tests/impls/implementations.py)
+import kv_kernels  # noqa: E402  (tests/impls/kv_kernels.py)
 
 from refspec import ops  # noqa: E402
 from refspec.ops.record import Call  # noqa: E402
@@ -75,6 +78,43 @@ class NumpyFloat32:
     def interleave_rope(self, x, cos, sin, *, soc=None):
         return self._checked("interleave_rope", {"x": x, "cos": cos, "sin": sin}, {}, soc)["y"]
 
+    # --- the KV-cache operators: the caches given are updated in place (kv_kernels.py) -------
+    def kv_rms_norm_rope_cache(self, kv, gamma, cos, sin, index, k_cache, ckv_cache,
+                               k_rope_scale=None, c_kv_scale=None, k_rope_offset=None,
+                               c_kv_offset=None, epsilon=1e-5, cache_mode="Norm",
+                               is_output_kv=False, *, soc=None):
+        t = dict(kv=kv, gamma=gamma, cos=cos, sin=sin, index=index, k_cache=k_cache,
+                 ckv_cache=ckv_cache, k_rope_scale=k_rope_scale, c_kv_scale=c_kv_scale,
+                 k_rope_offset=k_rope_offset, c_kv_offset=c_kv_offset, v=None)
+        return kv_kernels.kv_rms_norm_rope_cache(t, epsilon, cache_mode, is_output_kv, soc,
+                                                 self.bug)
+
+    def kv_rms_norm_rope_cache_v2(self, kv, gamma, cos, sin, index, k_cache, ckv_cache,
+                                  k_rope_scale=None, c_kv_scale=None, k_rope_offset=None,
+                                  c_kv_offset=None, v=None, epsilon=1e-5, cache_mode="Norm",
+                                  is_output_kv=False, *, soc=None):
+        t = dict(kv=kv, gamma=gamma, cos=cos, sin=sin, index=index, k_cache=k_cache,
+                 ckv_cache=ckv_cache, k_rope_scale=k_rope_scale, c_kv_scale=c_kv_scale,
+                 k_rope_offset=k_rope_offset, c_kv_offset=c_kv_offset, v=v)
+        return kv_kernels.kv_rms_norm_rope_cache(t, epsilon, cache_mode, is_output_kv, soc,
+                                                 self.bug, v2=True)
+
+    def dequant_rope_quant_kvcache(self, x, cos, sin, k_cache, v_cache, indices, scale_k,
+                                   scale_v, offset_k=None, offset_v=None, weight_scale=None,
+                                   activation_scale=None, bias=None, *, soc=None, **attrs):
+        t = dict(x=x, cos=cos, sin=sin, k_cache=k_cache, v_cache=v_cache, indices=indices,
+                 scale_k=scale_k, scale_v=scale_v, offset_k=offset_k, offset_v=offset_v,
+                 weight_scale=weight_scale, activation_scale=activation_scale, bias=bias)
+        return kv_kernels.dequant_rope_quant_kvcache(t, attrs, soc, self.bug)
+
+    def qkv_rms_norm_rope_cache(self, qkv, q_gamma, k_gamma, cos, sin, index, k_cache, v_cache,
+                                k_scale=None, v_scale=None, k_offset=None, v_offset=None, *,
+                                soc=None, **attrs):
+        t = dict(qkv=qkv, q_gamma=q_gamma, k_gamma=k_gamma, cos=cos, sin=sin, index=index,
+                 k_cache=k_cache, v_cache=v_cache, k_scale=k_scale, v_scale=v_scale,
+                 k_offset=k_offset, v_offset=v_offset)
+        return kv_kernels.qkv_rms_norm_rope_cache(t, attrs, soc, self.bug)
+
 
 EVERY = NumpyFloat32()
 rotary_position_embedding_grad = EVERY.rotary_position_embedding_grad
@@ -89,3 +129,6 @@ DCOS_WRONG_AXES = NumpyFloat32("dcos_wrong_axes")
 MISSING_REJECTION = NumpyFloat32("missing_rejection")
 #: a backward that recomputes mean and rstd with eps 1e-5 instead of taking its inputs
 LN_RECOMPUTED_DEFAULT_EPS = NumpyFloat32("ln_recomputed_default_eps")
+#: the broken cache kernels (kv_kernels.BUGS), by their names in capitals
+CACHE_BUGS = {bug.upper(): NumpyFloat32(bug) for bug in kv_kernels.BUGS}
+globals().update(CACHE_BUGS)

@@ -34,7 +34,8 @@ def _quoted_lines(page):
 
 ROWS = (_quoted_lines("rope.md") + _quoted_lines("norm_rope_concat.md")
         + _quoted_lines("apply_rotary_pos_emb.md") + _quoted_lines("rope_with_sin_cos_cache.md")
-        + _quoted_lines("interleave_rope.md"))
+        + _quoted_lines("interleave_rope.md") + _quoted_lines("kv_rms_norm_rope_cache.md")
+        + _quoted_lines("dequant_rope_quant_kvcache.md") + _quoted_lines("qkv_rms_norm_rope_cache.md"))
 
 
 def test_pages_quote_code():

@@ -33,7 +33,11 @@ def test_three_names_each():
         ("apply_rope", "apply_rotary_pos_emb", "aclnnApplyRotaryPosEmb"),
         ("apply_rope_v2", "apply_rotary_pos_emb_v2", "aclnnApplyRotaryPosEmbV2"),
         ("rope_cache", "rope_with_sin_cos_cache", "aclnnRopeWithSinCosCache"),
-        ("interleave_rope", "interleave_rope", "aclnnInterleaveRope")]
+        ("interleave_rope", "interleave_rope", "aclnnInterleaveRope"),
+        ("kv_rope_cache", "kv_rms_norm_rope_cache", "aclnnKvRmsNormRopeCache"),
+        ("kv_rope_cache_v2", "kv_rms_norm_rope_cache_v2", "aclnnKvRmsNormRopeCacheV2"),
+        ("dequant_rope_kv", "dequant_rope_quant_kvcache", "aclnnDequantRopeQuantKvcache"),
+        ("qkv_rope_cache", "qkv_rms_norm_rope_cache", "aclnnQkvRmsNormRopeCache")]
     for record in ops.OPERATORS.values():
         assert all(ops.get(name) is record for name in record.names)
     with pytest.raises(KeyError, match="unknown operator"):

@@ -8,6 +8,7 @@ verdict (``verdict``: the rule's aggregation, or the ratio standard's dual-bench
 then ``further_steps`` on an output that did not pass: too strict (one step for both of its
 reasons, docs/compare.md "Too strict"), the float16/bfloat16 hint, the diagnosis, the error
 map's axes. No output is measured twice (the ratio standard measures its benchmark once too).
+A cache updated in place is judged by ``caches.judge_cache``.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from typing import Callable
 import numpy as np
 
 from ...spec.dtypes import dtype_name
+from ...spec.terms import CACHE
 from ..sources.arrays import Problem
 from .benchmark import Attainable
 from .bounds import rounding_may_fail
+from .caches import judge_cache
 from .golden_output import GoldenOutput
 from .measure import Benchmark, MeasureProblem, block_plan, heat_axes, measure
 from .options import CompareOptions
@@ -65,6 +68,8 @@ def judge(job: JudgedOutput, context: str) -> OutputResult:
     if problem is not None:
         return problem
     rule, golden = job.rule, job.golden
+    if golden.comparison_class == CACHE:
+        return judge_cache(res, job)
     heat = _heat(golden, job.options)
     try:
         m = measure(job.case, golden, job.actual, None if rule.ratio_level else rule,

@@ -133,6 +133,11 @@ class Metrics:
     #: |a - g| of the numeric elements whose bits do not
     rounded_failures: int = 0
     max_abs_unrounded: float = 0.0
+    #: quantised codes: how many take the neighbouring code at a rounding boundary (None: not
+    #: codes); a cache updated in place: its elements outside the index that were changed
+    #: (``{"elements", "slots", "first"}``; None: not a cache)
+    boundary: int | None = None
+    outside: dict | None = None
 
     @property
     def mismatch_fraction(self) -> float:

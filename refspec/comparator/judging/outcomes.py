@@ -131,7 +131,9 @@ class OutputResult:
                 "max_abs_error": _num(mx.abs_err) if mx is not None else None,
                 "max_rel_error": _num(m.max_rel), "mean_rel_error": _num(m.mean_rel),
                 "rmse": _num(m.rmse), "cosine": _num(m.cosine),
-                "max_badness": _num(m.max_badness), "ulp_histogram": _trimmed(m.ulp_hist)}
+                "max_badness": _num(m.max_badness), "ulp_histogram": _trimmed(m.ulp_hist),
+                **({} if m.boundary is None else {"boundary": m.boundary}),
+                **({} if m.outside is None else {"outside_index": m.outside})}
 
     def to_dict(self) -> dict:
         m = self.metrics
@@ -157,7 +159,7 @@ class OutputResult:
 
 #: the metrics of a passing output's compact entry (``OutputResult.summary_dict``)
 _COMPACT = ("elements", "mismatches", "mismatch_fraction", "max_abs_error", "max_rel_error",
-            "rmse", "cosine", "max_badness", "ulp_histogram")
+            "rmse", "cosine", "max_badness", "ulp_histogram", "boundary", "outside_index")
 
 
 def _trimmed(hist) -> list[int]:

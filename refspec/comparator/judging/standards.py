@@ -15,11 +15,12 @@ import math
 from dataclasses import dataclass, field, replace
 
 from ... import ops
-from ...spec.terms import COPY, ELEMENTWISE, REDUCTION, ROW_REDUCTION
+from ...spec.terms import COPY, ELEMENTWISE, QUANTISED, REDUCTION, ROW_REDUCTION
 
 __all__ = ["Standard", "Rule", "STANDARDS", "STANDARD_NAMES", "ASCEND_MIXED", "TORCH_DEFAULTS",
            "VENDOR_THRESHOLDS", "SMALL_VALUES", "RATIO_LEVELS", "C_REDUCTION",
-           "TERM_ROUNDINGS", "ROUNDING_SLACK_U32", "ELEMENT_ROUNDINGS", "UNDERFLOW", "resolve_rule",
+           "TERM_ROUNDINGS", "ROUNDING_SLACK_U32", "ELEMENT_ROUNDINGS", "UNDERFLOW", "QUANT_ROUNDINGS",
+           "CODES_RULE", "resolve_rule",
            "element_rule", "standard_table"]
 
 SOURCE = "docs/compare.md, Standards"
@@ -90,6 +91,11 @@ ELEMENT_ROUNDINGS = 3
 #: absolute error of one float32 operation in the subnormal range (half the spacing 2^-149)
 #: is added per rounding to the hard and evaluation bounds
 UNDERFLOW = 2.0 ** -149
+#: roundings a float32 kernel makes before quantising a value, besides the K terms of a
+#: reduction: RMSNorm's division by n, epsilon, square root, division and gamma; the rotation's
+#: two products and their sum; the scale and the offset. The value before quantisation is then
+#: within gamma(K + QUANT_ROUNDINGS) * S of the exact one (S: its stored sum of |terms|)
+QUANT_ROUNDINGS = 10
 
 
 @dataclass(frozen=True)
@@ -110,6 +116,9 @@ class Rule:
     - ``exempt_rounded``: an element whose bits equal the golden rounded to the output dtype
       passes whatever else holds (how the comparator tells a standard stricter than the dtype
       from a kernel failure, docs/compare.md "Too strict").
+    - ``codes``: quantised codes (``refspec.comparator.judging.quantised``): the code of the
+      exact value, or the code of a value within ``gamma(K + QUANT_ROUNDINGS)*S`` of it (the
+      neighbouring code where the exact value lies that close to a rounding boundary).
     """
 
     standard: str
@@ -124,6 +133,7 @@ class Rule:
     max_abs_cap: float | None = None
     ratio_level: str | None = None
     exempt_rounded: bool = False
+    codes: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def describe(self) -> str:
@@ -134,6 +144,9 @@ class Rule:
                     f"{t[1]:g}, RMSE <= {t[2]:g}, small-value errors <= {RATIO_SMALL_COUNT:g}x")
         if self.bitwise:
             return "bit-identical to the golden rounded to the output dtype"
+        if self.codes:
+            return (f"codes equal; the neighbouring code where the exact value is within "
+                    f"gamma(K+{QUANT_ROUNDINGS})*S of a rounding boundary; saturation exact")
         parts = []
         if self.rtol is not None:
             atol = f"max({_num(self.atol)}, {C_REDUCTION:g}*sqrt(K)*2^-24*S)" if self.data_atol \
@@ -249,15 +262,25 @@ STANDARDS = {
 STANDARD_NAMES = tuple(STANDARDS)
 
 
+#: quantised codes, under every standard (a code has no tolerance to trade: it is the exact
+#: value's, or the neighbour a float32 kernel's own error may reach), overrides not applied
+CODES_RULE = Rule("default", codes=True, notes=(
+    "quantised codes: equal, or the neighbouring code within a float32 kernel's arithmetic "
+    "error of a rounding boundary (counted as boundary); saturation exact",))
+
+
 def resolve_rule(standard: str, dtype: str, cls: str, K: int | None, *, rtol=None, atol=None,
                  op: str | None = None, ratio_level: str | None = None) -> Rule:
     """The rule for one output, with ``rtol``/``atol`` overrides applied.
 
     An override makes the element check exactly ``|a - g| <= atol + rtol*|g|`` (the other number
-    taken from the standard); copies stay bit-identical under ``default``.
+    taken from the standard); copies stay bit-identical under ``default``. Quantised codes are
+    judged by ``CODES_RULE`` under every standard.
     """
     if standard not in STANDARDS:
         raise ValueError(f"unknown standard {standard!r}; allowed: {', '.join(STANDARD_NAMES)}")
+    if cls == QUANTISED:
+        return replace(CODES_RULE, standard=standard)
     rule = STANDARDS[standard].rule(dtype, cls, K)
     if standard == "ratio":
         record = None if op is None else ops.find(op)

@@ -13,7 +13,8 @@ from math import prod
 import numpy as np
 
 from ...goldens.format import bits_to_bfloat16, stored_dtype
-from ...inputs.tensor_files import TensorFileError, read_npy_header, real_dtype_of, size_hint
+from ...inputs.tensor_files import (CODE_DTYPES, TensorFileError, read_npy_header, real_dtype_of,
+                                     size_hint)
 from ...spec.dtypes import bfloat16, dtype_name
 from ...spec.errors import one_line
 
@@ -111,11 +112,14 @@ def _key_shape(key, shape):
 
 
 def _decode(raw: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """Stored values -> the real dtype (bfloat16 from uint16/V2 bits; byte order to native)."""
+    """Stored values -> the real dtype (bfloat16 from uint16/V2 bits; the 8-bit float codes from
+    their bytes; byte order to native)."""
     if raw.dtype == dtype:
         return raw
     if dtype == bfloat16 and raw.dtype.kind != "f":
         return bits_to_bfloat16(raw)
+    if dtype in CODE_DTYPES:
+        return np.ascontiguousarray(raw).view(dtype)
     return raw.astype(dtype)
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...spec.dtypes import bfloat16
+from ...inputs.tensor_files import CODE_DTYPES
+from ...spec.dtypes import bfloat16, dtype_name
 from ...spec.errors import one_line
 
 __all__ = ["FRAMEWORKS", "FrameworkError", "NumpyFramework", "TorchFramework", "framework"]
@@ -66,6 +67,11 @@ class TorchFramework:
         array = np.ascontiguousarray(array)
         if array.dtype == bfloat16:
             t = torch.from_numpy(array.view(np.int16).copy()).view(torch.bfloat16)
+        elif array.dtype in CODE_DTYPES:      # torch's float8 dtypes; HiFloat8 as its bytes
+            t = torch.from_numpy(array.view(np.uint8).copy())
+            name = dtype_name(array.dtype)
+            if hasattr(torch, name):
+                t = t.view(getattr(torch, name))
         else:
             t = torch.from_numpy(array.copy())
         t = t.to(self._device)
@@ -78,6 +84,9 @@ class TorchFramework:
         t = value.detach().to("cpu")
         if t.dtype == torch.bfloat16:
             return t.contiguous().view(torch.int16).numpy().view(bfloat16)
+        code = next((d for d in CODE_DTYPES if getattr(torch, dtype_name(d), None) == t.dtype), None)
+        if code is not None:
+            return t.contiguous().view(torch.uint8).numpy().view(code)
         return t.numpy()
 
     def synchronize(self) -> None:

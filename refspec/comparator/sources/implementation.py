@@ -19,6 +19,9 @@ judged exactly like a kernel's dump (docs/run.md).
   attribute ``code``, or the code in its message); an exception without a code is a rejection
   whose code cannot be checked (reported as such); returning normally fails the case.
 - A function the module lacks leaves its cases not run.
+- An output updated in place (a KV cache) is the input of the same name: the function gets a
+  copy of it (a new one at every call) and is judged on what it leaves there, unless it returns
+  the output itself (a function that returns the updated cache, or a new one).
 - Each case is timed: the first call is judged, then ``repeat`` more calls are timed (the device
   synchronised around each) and their median reported.
 """
@@ -256,7 +259,11 @@ class ImplementationSource(ActualSource):
                 return self._autograd_call(fn, target, plan, inputs, extra)
             args = {t.name: (self.framework.tensor(inputs[t.name]) if t.name in inputs else None)
                     for t in record.inputs}
-            return _outputs(fn(**args, **attrs, **extra), record), {}
+            outputs = _outputs(fn(**args, **attrs, **extra), record)
+            for name in record.in_place:         # a cache it updated in place, not returned
+                if outputs.get(name) is None and args.get(name) is not None:
+                    outputs[name] = args[name]
+            return outputs, {}
 
         try:
             outputs, saved = self._timed(call)

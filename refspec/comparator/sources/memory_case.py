@@ -2,7 +2,7 @@
 
 ``spec_case`` is what ``refspec.testing.assert_allclose_to_spec`` judges against: the same
 attributes a ``refspec.goldens.GoldenCase`` has (``inputs``, ``expected``, ``exact``,
-``sum_abs``, ``output_meta``), computed exactly as a generated case is
+``sum_abs``, ``written``, ``output_meta``), computed exactly as a generated case is
 (``refspec.goldens.cases.compute_case``, through the operator's record).
 """
 
@@ -32,6 +32,7 @@ class MemoryCase:
         self.expected = {k: np.asarray(v) for k, v in data.present("expected").items()}
         self.exact = {k: np.asarray(data.exact[k], dtype=np.float64) for k in self.expected}
         self.sum_abs = {k: np.asarray(v, dtype=np.float64) for k, v in data.sums().items()}
+        self.written = {k: np.asarray(v, dtype=np.int64) for k, v in data.written().items()}
         self._terms = data.terms
         self._axes = data.axes
         self.expected_error = None
@@ -49,8 +50,11 @@ class MemoryCase:
 
     def output_meta(self, name: str) -> dict:
         t = self._terms[name]
-        return {"comparison_class": t.comparison_class, "reduced_terms": t.reduced_terms,
+        meta = {"comparison_class": t.comparison_class, "reduced_terms": t.reduced_terms,
                 "axes": self._axes.get(name, ""), "dtype": dtype_name(self.expected[name].dtype)}
+        if getattr(t, "written_class", None) is not None:
+            meta["written_class"] = t.written_class
+        return meta
 
     def __repr__(self):
         return f"<MemoryCase {self.case_id} op={self.op}>"
