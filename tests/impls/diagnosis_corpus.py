@@ -115,6 +115,7 @@ class Label:
 
     def text(self) -> str:
         parts = [self.kind] + [f"{k}={'|'.join(map(str, v)) if isinstance(v, tuple) else v}"
+                               if not callable(v) else f"{k}=(from the case's parameters)"
                                for k, v in self.detail]
         return " ".join(parts)
 
@@ -632,8 +633,9 @@ BROKEN_LIST = [
             "the loop over D stops one element short: dx's last element never written",
             {"dx": label("zero")}, "dx_last_d_unwritten"),
     _broken("rg_interleave_dy_shifted", "rope_grad",
-            "interleave mode: dy's pairs read one element late (pairs shifted by one)",
-            {"dx": label(A, param="dy", value="shifted by one")}, "dy_shifted"),
+            "interleave mode: dy's pairs read one element late (pairs shifted by one), for dx "
+            "and for the sums of dcos and dsin",
+            label(A, param="dy", value="shifted by one"), "dy_shifted"),
     _broken("rg_tables_first_row", "rope_grad",
             "cos and sin read with a zero stride: their first row for every position",
             {"dx": FIRST_ROW}, "tables_first_row"),
