@@ -2,6 +2,7 @@
 
     python benchmarks/bench_diagnosis.py                       # the corpus score (smoke sweep)
     python benchmarks/bench_diagnosis.py --golden FILE.h5      # the corpus on another golden file
+    python benchmarks/bench_diagnosis.py --golden FILE.h5 --kernels 'rg_*' 'rope_grad_correct_*'
     python benchmarks/bench_diagnosis.py --failing 100         # the cost on the quick tier
     python benchmarks/bench_diagnosis.py --failing 300 --golden FILE.h5
 
@@ -14,7 +15,8 @@ corpus's matching rule: kind and key detail), the fraction of failing outputs wi
 the correct kernels' false bug calls (a failing output with a finding that claims a logic
 error), and the time the diagnosis adds (the whole corpus judged with ``diagnose=False`` and
 with the diagnosis, in one process); per operator and per kernel, the share named and the most
-common first finding of the outputs not named.
+common first finding of the outputs not named. ``--kernels`` scores the corpus kernels whose
+names match one of its shell patterns only (a subset costs a fraction of the CPU).
 
 The cost (``--failing N``): writes the quick tier of the standard sweep (``refspec generate
 --sweep standard --tier quick``) into a temporary directory unless ``--golden`` names a file.
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import fnmatch
 import os
 import subprocess
 import sys
@@ -96,13 +99,16 @@ def timed(path, actual, repeat: int, **options):
     return best, report
 
 
-def corpus_score(path: str) -> None:
-    """The corpus score on ``path`` (see the module docstring)."""
-    kernels = [*corpus.BROKEN.values(), *corpus.CORRECT.values()]
+def corpus_score(path: str, patterns=None) -> None:
+    """The corpus score on ``path`` (see the module docstring), of the kernels matching one of
+    ``patterns`` (None: all)."""
+    kernels = [k for k in [*corpus.BROKEN.values(), *corpus.CORRECT.values()]
+               if patterns is None or any(fnmatch.fnmatch(k.name, p) for p in patterns)]
+    broken_kernels = [k for k in kernels if k.mistakes]
     quiet = corpus.score(path, kernels, diagnose=False)
     sc = corpus.score(path, kernels)
     broken, correct = sc.broken(), sc.correct()
-    ops = collections.Counter(k.op for k in corpus.BROKEN.values())
+    ops = collections.Counter(k.op for k in broken_kernels)
     per_op: dict = {}
     for r in broken:
         named, n = per_op.get(r.op, (0, 0))
@@ -114,8 +120,8 @@ def corpus_score(path: str) -> None:
     print_results({
         "golden": path,
         "load average at the start": os.getloadavg()[0],
-        "broken kernels": f"{len(corpus.BROKEN)} ({dict(ops)})",
-        "correct kernels": len(corpus.CORRECT),
+        "broken kernels": f"{len(broken_kernels)} ({dict(ops)})",
+        "correct kernels": len(kernels) - len(broken_kernels),
         "broken kernels that fail nothing": sc.silent_kernels or "none",
         "failing outputs of the broken kernels": len(broken),
         "named by the first finding": f"{sc.named:.3f} ({sum(r.named for r in broken)})",
@@ -140,6 +146,8 @@ def main() -> None:
     ap.add_argument("--golden")
     ap.add_argument("--failing", type=int, help="the cost mode: this many failing outputs")
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--kernels", nargs="+", metavar="PATTERN",
+                    help="score only the corpus kernels whose names match")
     args = ap.parse_args()
     if args.failing is None:
         with tempfile.TemporaryDirectory() as tmp:
@@ -148,7 +156,7 @@ def main() -> None:
                 path = os.path.join(tmp, "smoke.h5")
                 subprocess.run([sys.executable, "-m", "refspec", "generate", "-o", path],
                                check=True, stdout=subprocess.DEVNULL)
-            corpus_score(path)
+            corpus_score(path, args.kernels)
         return
     with tempfile.TemporaryDirectory() as tmp:
         path = args.golden
