@@ -238,16 +238,22 @@ def test_the_other_16_bit_dtype_is_named_in_every_direction_and_file(sixteen, tm
 
 # --- a large output: a slice of its case --------------------------------------------------------
 
-def test_a_large_output_gets_the_spec_hypotheses_on_a_slice():
+def test_a_large_output_gets_the_spec_hypotheses_on_a_slice(tmp_path):
     """An output of 2^21 elements whose first axis is 1 (cos and sin exchanged on the first
     half of D, the rest right) is diagnosed on a slice of its case along heads and tokens: the
-    spec's hypotheses name the exchange and its part of D, as on a small case."""
+    spec's hypotheses name the exchange and its part of D, as on a small case, whether the
+    output is an array or a ``.bin`` file read in runs."""
     B, N, S, D = 1, 16, 1024, 128
     case, (x, cos, sin) = _rope_case(B, N, S, D, seed=9)
     y = np.array(case.expected["y"][()], copy=True)
     y[..., :D // 2] = (x * sin + _rotate_half(x) * cos)[..., :D // 2].astype(np.float32)
-    (r,) = compare(case, {"y": y}).failures
-    first = r.diagnosis[0]
-    assert first.kind == "alternative" and first.detail["value"] == "cos<->sin", _lines(r)
-    assert first.detail["part"]["axes"]["D"] == [[0, D // 2]], first.detail
-    assert len(r.diagnosis) == 1, _lines(r)
+    folder = tmp_path / case.case_id
+    folder.mkdir(parents=True)
+    y.tofile(folder / "y.bin")
+    for actual in ({"y": y}, str(tmp_path)):
+        (r,) = compare(case, actual).failures
+        first = r.diagnosis[0]
+        assert first.kind == "alternative" and first.detail["value"] == "cos<->sin", _lines(r)
+        assert first.detail["part"]["axes"]["D"] == [[0, D // 2]], first.detail
+        assert "elements read there" in first.summary, first.summary
+        assert len(r.diagnosis) == 1, _lines(r)

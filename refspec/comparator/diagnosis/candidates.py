@@ -189,7 +189,7 @@ def hypotheses(s: Subject, fail: np.ndarray, golden_agrees: float) -> list[Findi
 def spec_hypotheses(s: Subject, fail: np.ndarray, families) -> list[Finding]:
     """Each variant of ``families`` (functions ``(record, call, params) -> [Variant]``)
     evaluated by the spec on the inputs the elements read belong to, within ``BUDGET_SECONDS``
-    for the case; none when the spec on those inputs does not give the golden (the slice would
+    for the output; none when the spec on those inputs does not give the golden (the slice would
     not be a case of its own). The spec's values of a variant are kept for the other outputs
     of the case (``Subject.spec_memo``)."""
     record = s.record
@@ -197,7 +197,6 @@ def spec_hypotheses(s: Subject, fail: np.ndarray, families) -> list[Finding]:
         return []
     call = record.call_of(s.params, s.inputs)
     memo = s.spec_memo
-    memo.setdefault("start", time.monotonic())
     values = spec_values(record, s.name, s.g.size, memo)
     base = values(Variant("", "", {}, call), "base")
     if base is None or not np.allclose(base, s.g, rtol=1e-9, atol=0, equal_nan=True):
@@ -205,7 +204,7 @@ def spec_hypotheses(s: Subject, fail: np.ndarray, families) -> list[Finding]:
     out = []
     for family in families:
         for i, variant in enumerate(family(record, call, s.params)):
-            if time.monotonic() - memo["start"] > BUDGET_SECONDS:
+            if time.monotonic() - s.started > BUDGET_SECONDS:
                 return out
             out += candidate(s, fail, 0.0, values(variant, (family, i)), variant.kind,
                              variant.summary, dict(variant.detail))

@@ -168,8 +168,10 @@ def _with_part(s: Subject, f: Finding, mine: np.ndarray, n: int, same=()) -> Fin
         detail["worst_ulps"] = finite(_worst_ulps(s, f.values))
     if agree is not None and agree.all():
         own = f.part is not None and "{count}" in f.part       # a fill says it its own way
+        read = " read" if s.sampled else ""
         return Finding(f.kind, f.summary if own else
-                       f"{f.summary}: all {count(agree.size)} elements agree with it", k / n, detail)
+                       f"{f.summary}: all {count(agree.size)} elements{read} agree with it", k / n,
+                       detail)
     text, part = where(s, mine)
     detail["part"] = part
     if not text:
@@ -179,8 +181,9 @@ def _with_part(s: Subject, f: Finding, mine: np.ndarray, n: int, same=()) -> Fin
                        k / n, detail)
     region = inside(s, part)
     held = int((agree if agree is not None else mine)[region].sum())
-    there = (f"all {count(region.sum())} elements there" if held == region.sum() else
-             f"{count(held)} of the {count(region.sum())} elements there")
+    there = " read there" if s.sampled else " there"      # (a slice: the elements read)
+    there = (f"all {count(region.sum())} elements{there}" if held == region.sum() else
+             f"{count(held)} of the {count(region.sum())} elements{there}")
     summary = (f.part or f.summary + " on {where}").format(where=text, count=there)
     if "{count}" not in (f.part or ""):
         summary += f" ({there})"

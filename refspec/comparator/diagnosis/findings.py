@@ -5,6 +5,7 @@ golden."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,7 +77,8 @@ class Subject:
     evaluated on (the case's, or those of its slice the elements belong to; None: none),
     ``params`` the case's parameters; ``grid`` the shape of the elements read (the output's
     shape, or that of its slice); ``failing_total`` the failing elements of the whole output
-    (as judged); ``spec_memo`` the spec's values of the calls evaluated for it."""
+    (as judged); ``spec_memo`` the spec's values of the calls evaluated for it (shared by the
+    outputs of its case); ``started`` when its diagnosis began (``BUDGET_SECONDS``)."""
 
     name: str
     dtype: str
@@ -98,6 +100,7 @@ class Subject:
     grid: tuple | None = None
     failing_total: int | None = None
     spec_memo: dict = field(default_factory=dict, repr=False)
+    started: float = field(default_factory=time.monotonic, repr=False)
 
     @property
     def axis_names(self) -> tuple[str, ...]:

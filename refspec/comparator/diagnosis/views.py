@@ -155,9 +155,10 @@ def _rows(shape, worst) -> View:
 
 
 def read_actual(view: View, actual) -> np.ndarray:
-    """The view's elements of an actual output (``ActualArray.read``), flat, in its dtype."""
-    parts = [np.asarray(actual.read(k, f0, c)).reshape(-1) for k, f0, c in view.runs]
-    return np.concatenate(parts) if len(parts) > 1 else np.array(parts[0], copy=True)
+    """The view's elements of an actual output (``ActualArray.read``), flat, in its dtype (each
+    run copied: a reader may hand every block in one buffer)."""
+    parts = [np.array(actual.read(k, f0, c), copy=True).reshape(-1) for k, f0, c in view.runs]
+    return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
 
 def read_golden(view: View, array, dtype=np.float64) -> np.ndarray:
