@@ -14,7 +14,8 @@ from ...spec.dtypes import resolve_dtype, round_to
 from ...spec.errors import AclnnError
 from ..judging.floatinfo import bits_of, float_info, ulp_at
 from ..judging.twins import read_as_twin
-from .candidates import copies, fills, hypotheses, multiples, permutations
+from .candidates import (copies, fills, hypotheses, multiples, own_hypotheses, permutations,
+                         twins)
 from .findings import (BUDGET_SECONDS, EXPLAINS, PRECISION_FACTOR, SPEC_ELEMENTS, Finding,
                        Subject, share)
 
@@ -34,7 +35,7 @@ BEYOND_ONE_ROUNDING = 4.0
 ROUNDING_LIKE = 2.0 ** -2
 #: what the kernel may have written instead: an arithmetic cause is named only when none of
 #: these explains the failing elements (a small logic error can have a rounding's size)
-LOGIC = (fills, copies, multiples, permutations, hypotheses)
+LOGIC = (twins, fills, copies, multiples, own_hypotheses, permutations, hypotheses)
 #: causes whose score (the sum of |log| of the two size ratios) is within this of the best are
 #: equally good; the first of them (the simplest) is named
 EQUALLY_GOOD = 0.3
@@ -69,7 +70,8 @@ def precision(s: Subject, fail: np.ndarray) -> Finding | None:
 
 def arithmetic_cause(s: Subject, fail: np.ndarray) -> Finding | None:
     """Errors beyond one rounding of the output dtype, of the size a narrower arithmetic gives:
-    the case evaluated by the spec with the documented sums accumulated in a narrower dtype
+    the case (or the slice of it the elements read belong to: ``Subject.inputs``) evaluated
+    by the spec with the documented sums accumulated in a narrower dtype
     (the spec's ``sum_dtype``: every partial sum rounded, in the stated order) or with inputs
     read through one (an input, the inputs of one shape, all of them), rounded to the output
     dtype. Sought only when the kernel's RMS error is at least ``BEYOND_ONE_ROUNDING`` times
@@ -82,10 +84,9 @@ def arithmetic_cause(s: Subject, fail: np.ndarray) -> Finding | None:
     size (products rounded to that dtype before the sum; accumulation and inputs on an output
     of few elements) are not told apart by size alone. No cause is named when one of ``LOGIC``
     explains the failing elements."""
-    record, case = s.record, s.case
-    if record is None or case is None or s.sampled:
+    record, inputs = s.record, s.inputs
+    if record is None or inputs is None:
         return None
-    inputs = case.input_arrays()
     if sum(int(np.size(v)) for v in inputs.values() if v is not None) > SPEC_ELEMENTS:
         return None
     dt = resolve_dtype(s.dtype)
@@ -94,7 +95,7 @@ def arithmetic_cause(s: Subject, fail: np.ndarray) -> Finding | None:
     if mine[0] < BEYOND_ONE_ROUNDING * once[0]:
         return None
     start, found = time.monotonic(), []
-    for cause, what, detail, call in _causes(record.call_of(case.params, inputs), dt):
+    for cause, what, detail, call in _causes(record.call_of(s.params, inputs), dt):
         if time.monotonic() - start > BUDGET_SECONDS:
             break
         values = _spec_output(record, call, s.name, s.g.size)
