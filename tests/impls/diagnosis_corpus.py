@@ -28,6 +28,10 @@ asks for, by kind:
   ``positions``, ``inputs`` for two exchanged) and ``value`` (``half``; ``cos<->sin``; how the
   input was read: ``halves exchanged``, ``pairs exchanged``, ``shifted by one``, ``first row``,
   ``ones``, ``zeros``, another input's name, ``interleaved``);
+- ``index``: ``input`` and ``read`` (``halves``, ``pairs``, ``next``: one element ahead,
+  ``first row``, ``first S``: the first index along S only); ``input``: ``input`` and
+  ``value`` (1: its factor left out, 0: left out, another input's name); ``extent``:
+  ``extent`` (``one short``, ``whole head``);
 - ``reduction``: ``axes``, the axes the kernel did sum over;
 - ``permuted``: ``axis`` and ``how`` (``halves exchanged``, ``interleaved``,
   ``de-interleaved``); ``sign``: ``term`` for the sin term's sign; ``copy``: ``of``;
@@ -597,9 +601,14 @@ def _broken(name, op, mistake, expect, *mistakes) -> Kernel:
 
 A, R, P = "alternative", "reduction", "precision"
 COS_SIN = label(A, param="inputs", value="cos<->sin")
-FIRST_ROW = label(A, param=("cos", "sin", "cos+sin"), value=("first row", "first row only"))
+#: a table read at its first row: by name, or as the table's first index along its one
+#: leading axis longer than 1 (the same read)
+FIRST_ROW = (label(A, param=("cos", "sin", "cos+sin"), value=("first row", "first row only")),
+             label("index", input=("cos", "sin"), read=("first row", "first S", "first T",
+                                                        "first B", "first N")))
 FROM_KEY = label(A, param="grad_value_output", value="grad_key_output")
-BOUNDARY = label(A, value=("boundary off by one", "Sr-1", "off by one"))
+BOUNDARY = (label(A, value=("boundary off by one", "Sr-1", "off by one")),
+            label("extent", extent="one short"))
 WEIGHTS = ("norm_query_weight", "norm_key_weight", "norm_added_query_weight",
            "norm_added_key_weight")
 WEIGHT_GRADS = tuple(f"output:grad_{w}" for w in WEIGHTS)
@@ -614,11 +623,13 @@ BROKEN_LIST = [
     # RotaryPositionEmbeddingGrad
     _broken("rg_sin_halves_exchanged", "rope_grad",
             "half mode: dx's sin term reads sin at its own position instead of the partner's "
-            "(sin1 where sin2 belongs)", {"dx": label(A, param="sin", value="halves exchanged")},
+            "(sin1 where sin2 belongs)", {"dx": (label(A, param="sin", value="halves exchanged"),
+                                                 label("index", input="sin", read="halves"))},
             "sin_own_position"),
     _broken("rg_dcos_without_x", "rope_grad",
             "dcos accumulated as sum(dy) without its factor x",
-            {"dcos": (label(A, param="x", value="ones"), label("copy", of="input:dy"))},
+            {"dcos": (label(A, param="x", value="ones"), label("input", input="x", value=1),
+                      label("copy", of="input:dy"))},
             "dcos_without_x"),
     _broken("rg_reduce_innermost_only", "rope_grad",
             "dcos/dsin summed over the innermost broadcast axis only; the outer ones read at 0",
@@ -635,7 +646,8 @@ BROKEN_LIST = [
     _broken("rg_interleave_dy_shifted", "rope_grad",
             "interleave mode: dy's pairs read one element late (pairs shifted by one), for dx "
             "and for the sums of dcos and dsin",
-            label(A, param="dy", value="shifted by one"), "dy_shifted"),
+            (label(A, param="dy", value="shifted by one"), label("index", input="dy", read="next")),
+            "dy_shifted"),
     _broken("rg_tables_first_row", "rope_grad",
             "cos and sin read with a zero stride: their first row for every position",
             {"dx": FIRST_ROW}, "tables_first_row"),
@@ -654,7 +666,8 @@ BROKEN_LIST = [
             label(A, param="mode", value="half"), "interleave_as_half"),
     _broken("rope_x_pairs_shifted", "rope",
             "interleave mode: x's pairs read one element late",
-            label(A, param="x", value="shifted by one"), "x_shifted"),
+            (label(A, param="x", value="shifted by one"), label("index", input="x", read="next")),
+            "x_shifted"),
     _broken("rope_two_sin_sign_last_d", "rope",
             "two mistakes: the sin term's sign flipped, and the last element of D never written",
             (label("sign", term="sin"), label("sign"), label("zero")),
@@ -668,7 +681,8 @@ BROKEN_LIST = [
     _broken("nrcg_affine_weight_ignored", "nrc_grad",
             "affine LayerNorm backward without its weight (gw = g)",
             {None: (label(A, param="norm_type", value=1), label(A, param="norm_added_type", value=1),
-                    label(A, param=WEIGHTS, value="ones"))}, "affine_weight_ignored"),
+                    label(A, param=WEIGHTS, value="ones"), label("input", input=WEIGHTS, value=1))},
+            "affine_weight_ignored"),
     _broken("nrcg_sr_off_by_one", "nrc_grad", "RoPE backward on Sr - 1 positions",
             BOUNDARY, "sr_off_by_one"),
     _broken("nrcg_forward_rotation", "nrc_grad",
@@ -695,7 +709,8 @@ BROKEN_LIST = [
             _bf16_cause("bfloat16 accumulation"), "weight_grads_bf16_accumulation"),
     # NormRopeConcat
     _broken("nrc_affine_weight_ignored", "nrc", "affine LayerNorm without its weight (xhat + b)",
-            label(A, param=WEIGHTS, value="ones"), "affine_weight_ignored"),
+            (label(A, param=WEIGHTS, value="ones"), label("input", input=WEIGHTS, value=1)),
+            "affine_weight_ignored"),
     _broken("nrc_encoder_streams_swapped", "nrc",
             "encoderQuery concatenated to key and encoderKey to query",
             {None: label(A, param="inputs", value="encoder_query<->encoder_key"),
@@ -730,8 +745,10 @@ BROKEN_LIST = [
             label(A, param="rotary_mode", value="half"), "quarter_as_half"),
     _broken("ar2_interleave_shifted", "apply_rope_v2",
             "interleave mode: the pairs read one element late",
-            {"query_out": label(A, param="query", value="shifted by one"),
-             "key_out": label(A, param="key", value="shifted by one")}, "x_shifted"),
+            {"query_out": (label(A, param="query", value="shifted by one"),
+                           label("index", input="query", read="next")),
+             "key_out": (label(A, param="key", value="shifted by one"),
+                         label("index", input="key", read="next"))}, "x_shifted"),
     _broken("ar2_key_last_head_unrotated", "apply_rope_v2",
             "the loop over key heads stops one short (the last head left as it was)",
             {"key_out": label("copy", of="input:key")}, "key_last_head_unrotated"),
@@ -744,17 +761,21 @@ BROKEN_LIST = [
             label(A, param="style", value="neox"), "style_ignored"),
     _broken("rc_pairing_by_head_size", "rope_cache",
             "rotary_dim < head_size: the halves split at head_size/2, as if the whole head "
-            "were rotated", label(A, value=("whole head", "whole head rotated", "head_size")),
+            "were rotated", (label(A, value=("whole head", "whole head rotated", "head_size")),
+                             label("extent", extent="whole head")),
             "pairing_by_head_size"),
     _broken("rc_mrope_first_row", "rope_cache",
             "mrope: every section's angles from the first position row",
             label(A, param="positions", value=("first row", "first row only")), "mrope_first_row"),
     _broken("rc_positions_not_gathered", "rope_cache",
             "the cache row of position 0 for every token (the gather missing)",
-            label(A, param="positions", value="zeros"), "positions_not_gathered"),
+            (label(A, param="positions", value="zeros"),
+             label("index", input="cos_sin_cache", read=("first M", "first row"))),
+            "positions_not_gathered"),
     _broken("rc_cache_halves_exchanged", "rope_cache",
             "sin taken from the first half of each cache row, cos from the second",
-            label(A, param="cos_sin_cache", value=("halves exchanged", "cos<->sin")),
+            (label(A, param="cos_sin_cache", value=("halves exchanged", "cos<->sin")),
+             label(A, param="inputs", value="cos<->sin")),
             "cache_halves_exchanged"),
     _broken("rc_cache_float16", "rope_cache", "the cos/sin cache read as float16",
             label(P, cause="inputs read as float16"), "cache_float16"),
@@ -764,12 +785,15 @@ BROKEN_LIST = [
     # InterleaveRope
     _broken("ir_written_back_in_pairs", "interleave_rope",
             "y written back in pair order (re-interleaved)",
-            label("permuted", axis="D", how="interleaved"), "written_back_in_pairs"),
+            label("permuted", axis="D", how=("interleaved", "pairs interleaved",
+                                             "pairs interleaved (2i takes i, 2i + 1 takes i + h/2)")),
+            "written_back_in_pairs"),
     _broken("ir_no_deinterleave", "interleave_rope", "x rotated half without its pairs taken apart",
             label(A, param="x", value=("interleaved", "pairs interleaved", "halves interleaved")),
             "no_deinterleave"),
     _broken("ir_odd_first", "interleave_rope", "the pairs taken apart odd positions first",
-            label(A, param="x", value="pairs exchanged"), "odd_first"),
+            (label(A, param="x", value="pairs exchanged"), label("index", input="x", read="pairs")),
+            "odd_first"),
     _broken("ir_sin_sign_flipped", "interleave_rope", "rotated by -theta (sin's sign)",
             label("sign", term="sin"), "sin_sign_flipped"),
     _broken("ir_bf16_as_float16_bits", "interleave_rope", "bfloat16 stored as float16 bits",
