@@ -9,9 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-
-from refspec.cli import main
+from golden_files import smoke_golden
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "impls"))
 
@@ -20,11 +18,7 @@ import diagnosis_corpus as corpus  # noqa: E402  (tests/impls/diagnosis_corpus.p
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-    path = tmp_path_factory.mktemp("cause") / "smoke.h5"
-    result = CliRunner().invoke(main, ["generate", "-o", str(path), "--op", "rope_grad",
-                                       "--op", "rope_cache"])
-    assert result.exit_code == 0, result.output
-    return str(path)
+    return smoke_golden(tmp_path_factory.mktemp("cause"), "rope_grad", "rope_cache")
 
 
 def _failing(kernel: str, golden: str) -> list:

@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from refspec.cli import main
 from refspec.comparator.diagnosis.patterns import failure_patterns
 from refspec.comparator.judging.outcomes import OutputResult
 from refspec.goldens import GoldenFile
+
+from golden_files import smoke_golden
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "impls"))
 
@@ -23,10 +23,7 @@ import diagnosis_corpus as corpus  # noqa: E402  (tests/impls/diagnosis_corpus.p
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-    path = tmp_path_factory.mktemp("patterns") / "smoke.h5"
-    result = CliRunner().invoke(main, ["generate", "-o", str(path), "--op", "rope_grad"])
-    assert result.exit_code == 0, result.output
-    return path
+    return smoke_golden(tmp_path_factory.mktemp("patterns"), "rope_grad")
 
 
 def _row(case: int, status: str, cls="elementwise", K=None, shape=(2, 4, 8), **params):

@@ -195,6 +195,19 @@ def _first_row(t: np.ndarray) -> np.ndarray:
     return np.broadcast_to(t[lead + (slice(None),)], t.shape)
 
 
+def _read(m: frozenset, c, s, t, mode: int, exchanged: str, shifted: str):
+    """The tables and the rotated tensor as a kernel with the mistakes ``m`` reads them: the
+    tables at their first row, cos and sin exchanged (the mistake ``exchanged``), in interleave
+    mode the tensor's pairs one element late (``shifted``)."""
+    if "tables_first_row" in m:
+        c, s = _first_row(c), _first_row(s)
+    if exchanged in m:
+        c, s = s, c
+    if shifted in m and mode == 1:
+        t = np.roll(t, -1, axis=-1)
+    return c, s, t
+
+
 def _check(op: str, inputs: dict, attrs: dict, soc) -> None:
     ops.get(op).generation.check(Call(inputs, attrs, soc))
 
@@ -209,12 +222,7 @@ def rope_grad(m: frozenset, arithmetic: str, dy, cos, sin, x=None, mode=0, *, so
     w, acc = _work(dt, arithmetic), _acc(dt)
     dy, c, s, xw = _cast(w, dy, cos, sin, x)
     D = dy.shape[-1]
-    if "tables_first_row" in m:
-        c, s = _first_row(c), _first_row(s)
-    if "two_cos_sin_half_d" in m:
-        c, s = s, c
-    if "dy_shifted" in m and mode == 1:
-        dy = np.roll(dy, -1, axis=-1)
+    c, s, dy = _read(m, c, s, dy, mode, "two_cos_sin_half_d", "dy_shifted")
     A, P, sgn = grad_tables(mode, D)
     SI = A if ("sin_own_position" in m and mode == 0) else P
     cb, sb = np.broadcast_to(c, dy.shape), np.broadcast_to(s, dy.shape)
@@ -250,12 +258,7 @@ def rotate(m: frozenset, w, x, c, s, mode: int):
     """y[i] = cos[i]*x[X1[i]] + sin[i]*s2[i]*x[X2[i]] in ``w`` arithmetic."""
     x, c, s = _cast(w, x, c, s)
     D = x.shape[-1]
-    if "tables_first_row" in m:
-        c, s = _first_row(c), _first_row(s)
-    if "cos_sin_exchanged" in m:
-        c, s = s, c
-    if "x_shifted" in m and mode == 1:
-        x = np.roll(x, -1, axis=-1)
+    c, s, x = _read(m, c, s, x, mode, "cos_sin_exchanged", "x_shifted")
     X1, X2, s2 = forward_tables(mode, D)
     if "sin_sign_flipped" in m:
         s2 = -s2
