@@ -609,7 +609,8 @@ COS_SIN = label(A, param="inputs", value="cos<->sin")
 FIRST_ROW = (label(A, param=("cos", "sin", "cos+sin"), value=("first row", "first row only")),
              label("index", input=("cos", "sin"), read=("first row", "first S", "first T",
                                                         "first B", "first N")))
-FROM_KEY = label(A, param="grad_value_output", value="grad_key_output")
+FROM_KEY = (label(A, param="grad_value_output", value="grad_key_output"),
+            label("input", input="grad_value_output", value="grad_key_output"))
 BOUNDARY = (label(A, value=("boundary off by one", "Sr-1", "off by one")),
             label("extent", extent="one short"))
 WEIGHTS = ("norm_query_weight", "norm_key_weight", "norm_added_query_weight",
@@ -694,13 +695,15 @@ BROKEN_LIST = [
             "rope_sin_sign_flipped"),
     _broken("nrcg_weight_grad_n0_only", "nrc_grad",
             "weight and bias gradients summed over B and S only (the head loop missing)",
-            label(R, axes=("B+S",)), "weight_grad_n0_only"),
+            # (with B = 1, the sum over B and S is the sum over S)
+            label(R, axes=lambda p: ("B+S",) if p.get("B", 1) > 1 else ("B+S", "S")),
+            "weight_grad_n0_only"),
     _broken("nrcg_mean_over_n", "nrc_grad",
             "the LayerNorm backward's means taken over N instead of D",
             label(R, axes="N"), "mean_over_n"),
     _broken("nrcg_value_from_key", "nrc_grad", "gradValue split from gradKeyOutput",
-            {"grad_value": (FROM_KEY, label("copy", of="output:grad_key")),
-             "grad_encoder_value": (FROM_KEY, label("copy", of="output:grad_encoder_key"))},
+            {"grad_value": (*FROM_KEY, label("copy", of="output:grad_key")),
+             "grad_encoder_value": (*FROM_KEY, label("copy", of="output:grad_encoder_key"))},
             "value_from_key"),
     _broken("nrcg_bias_weight_swapped", "nrc_grad",
             "the weight and bias gradients written to each other's outputs",
@@ -725,7 +728,8 @@ BROKEN_LIST = [
             label(A, param="concat_order"), "concat_order_reversed"),
     _broken("nrc_sr_off_by_one", "nrc", "RoPE on Sr - 1 positions", BOUNDARY, "sr_off_by_one"),
     _broken("nrc_value_from_key", "nrc", "valueOutput concatenated from key",
-            (label(A, param="value", value="key"), label("copy", of="output:key_output")),
+            (label(A, param="value", value="key"), label("input", input="value", value="key"),
+             label("copy", of="output:key_output")),
             "value_from_key"),
     _broken("nrc_tables_bf16", "nrc", "a float32 kernel reading ropeCos/ropeSin as bfloat16",
             _bf16_cause(("inputs read as bfloat16",)), "tables_bf16"),
