@@ -7,8 +7,6 @@ candidate findings with the failing elements they explain; the diagnosis chooses
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from ...ops.hypotheses import GENERATED, Variant, head_maps
@@ -16,7 +14,7 @@ from ...spec.dtypes import resolve_dtype, round_to
 from ...spec.errors import AclnnError
 from ..judging.twins import TWINS
 from .cover import explains_all
-from .findings import BUDGET_SECONDS, Finding, Subject, candidate, count
+from .findings import SPEC_BUDGET, Finding, Subject, candidate, count
 
 __all__ = ["twins", "fills", "copies", "multiples", "permutations", "own_hypotheses", "hypotheses",
            "spec_hypotheses", "exact_terms", "spec_values"]
@@ -188,7 +186,7 @@ def hypotheses(s: Subject, fail: np.ndarray, golden_agrees: float) -> list[Findi
 
 def spec_hypotheses(s: Subject, fail: np.ndarray, families) -> list[Finding]:
     """Each variant of ``families`` (functions ``(record, call, params) -> [Variant]``)
-    evaluated by the spec on the inputs the elements read belong to, within ``BUDGET_SECONDS``
+    evaluated by the spec on the inputs the elements read belong to, within ``SPEC_BUDGET``
     for the output; none when the spec on those inputs does not give the golden (the slice would
     not be a case of its own). The spec's values of a variant are kept for the other outputs
     of the case (``Subject.spec_memo``)."""
@@ -201,10 +199,12 @@ def spec_hypotheses(s: Subject, fail: np.ndarray, families) -> list[Finding]:
     base = values(Variant("", "", {}, call), "base")
     if base is None or not np.allclose(base, s.g, rtol=1e-9, atol=0, equal_nan=True):
         return []
+    cost = sum(int(np.size(v)) for v in s.inputs.values() if v is not None)
     out = []
     for family in families:
         for i, variant in enumerate(family(record, call, s.params)):
-            if time.monotonic() - s.started > BUDGET_SECONDS:
+            s.spent += cost * (1 + len(variant.parts))
+            if s.spent > SPEC_BUDGET:
                 return out
             out += candidate(s, fail, 0.0, values(variant, (family, i)), variant.kind,
                              variant.summary, dict(variant.detail))

@@ -5,7 +5,6 @@ golden."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,7 +15,7 @@ from ..judging.floatinfo import float_info, ulp_at
 from ..judging.naming import axis_names
 
 __all__ = ["Finding", "Subject", "KINDS", "SPEC_ELEMENTS", "EXPLAINS", "DISTINCT",
-           "BUDGET_SECONDS", "PRECISION_FACTOR", "candidate", "explained", "complete", "share",
+           "SPEC_BUDGET", "PRECISION_FACTOR", "candidate", "explained", "complete", "share",
            "finite", "count"]
 
 #: the diagnosis's vocabulary (docs/compare.md, "The vocabulary"), in the order that breaks a tie
@@ -32,8 +31,10 @@ EXPLAINS = 0.9
 #: an element is explained by a candidate only where the candidate is at least this many times
 #: what the standard allows away from the golden (so no rounding-sized difference explains it)
 DISTINCT = 4.0
-#: wall-clock seconds the spec hypotheses of one output may take
-BUDGET_SECONDS = 2.0
+#: the spec hypotheses of one output evaluate at most this many input elements in all (each
+#: variant counts the elements of the inputs it is evaluated on): a bound on their cost that
+#: gives the same findings however loaded the machine is
+SPEC_BUDGET = 1 << 24
 #: a precision error is within this multiple of the arithmetic bound: half an ulp of the result
 #: plus K + 2 roundings of the sum of |terms| (products, sum, the K-term accumulation)
 PRECISION_FACTOR = 1.5
@@ -78,7 +79,8 @@ class Subject:
     ``params`` the case's parameters; ``grid`` the shape of the elements read (the output's
     shape, or that of its slice); ``failing_total`` the failing elements of the whole output
     (as judged); ``spec_memo`` the spec's values of the calls evaluated for it (shared by the
-    outputs of its case); ``started`` when its diagnosis began (``BUDGET_SECONDS``)."""
+    outputs of its case); ``spent`` the input elements its spec hypotheses have evaluated
+    (``SPEC_BUDGET``)."""
 
     name: str
     dtype: str
@@ -100,7 +102,7 @@ class Subject:
     grid: tuple | None = None
     failing_total: int | None = None
     spec_memo: dict = field(default_factory=dict, repr=False)
-    started: float = field(default_factory=time.monotonic, repr=False)
+    spent: int = field(default=0, repr=False)
 
     @property
     def axis_names(self) -> tuple[str, ...]:
