@@ -5,7 +5,6 @@ value rounded another way (``rounding``); the bits of the other 16-bit dtype (``
 
 from __future__ import annotations
 
-import time
 from itertools import groupby
 
 import numpy as np
@@ -16,7 +15,7 @@ from ..judging.floatinfo import bits_of, float_info, ulp_at
 from ..judging.twins import read_as_twin
 from .candidates import (copies, fills, hypotheses, multiples, own_hypotheses, permutations,
                          twins)
-from .findings import (BUDGET_SECONDS, EXPLAINS, PRECISION_FACTOR, SPEC_ELEMENTS, Finding,
+from .findings import (EXPLAINS, PRECISION_FACTOR, SPEC_BUDGET, SPEC_ELEMENTS, Finding,
                        Subject, share)
 
 __all__ = ["precision", "arithmetic_cause", "roundings", "twin_dtype", "NARROWER",
@@ -74,7 +73,7 @@ def arithmetic_cause(s: Subject, fail: np.ndarray) -> Finding | None:
     by the spec with the documented sums accumulated in a narrower dtype
     (the spec's ``sum_dtype``: every partial sum rounded, in the stated order) or with inputs
     read through one (an input, the inputs of one shape, all of them), rounded to the output
-    dtype. Sought only when the kernel's RMS error is at least ``BEYOND_ONE_ROUNDING`` times
+    dtype, as many causes as ``SPEC_BUDGET`` input elements allow. Sought only when the kernel's RMS error is at least ``BEYOND_ONE_ROUNDING`` times
     that of the golden rounded once; a cause's errors must be beyond one rounding too, and its
     RMS and largest error each within ``SIZE_FACTOR`` of the kernel's. A cause whose values
     the failing elements agree with (``EXPLAINS`` of them, by the case's standard: inputs read
@@ -94,9 +93,10 @@ def arithmetic_cause(s: Subject, fail: np.ndarray) -> Finding | None:
     once = _sizes(np.abs(round_to(s.g, dt).astype(np.float64) - s.g))
     if mine[0] < BEYOND_ONE_ROUNDING * once[0]:
         return None
-    start, found = time.monotonic(), []
-    for cause, what, detail, call in _causes(record.call_of(s.params, inputs), dt):
-        if time.monotonic() - start > BUDGET_SECONDS:
+    cost = sum(int(np.size(v)) for v in inputs.values() if v is not None)
+    found = []
+    for i, (cause, what, detail, call) in enumerate(_causes(record.call_of(s.params, inputs), dt)):
+        if (i + 1) * cost > SPEC_BUDGET:
             break
         values = _spec_output(record, call, s.name, s.g.size)
         if values is None:
@@ -130,8 +130,15 @@ def arithmetic_cause(s: Subject, fail: np.ndarray) -> Finding | None:
 
 
 def _logic_explains(s: Subject, fail: np.ndarray) -> bool:
+    """Whether a stage of ``LOGIC`` explains the failing elements (the spec budget it spends is
+    given back: the diagnosis that follows spends its own)."""
     golden_agrees = 1.0 - float(fail.mean())
-    return any(f.agreement >= EXPLAINS for stage in LOGIC for f in stage(s, fail, golden_agrees))
+    spent = s.spent
+    try:
+        return any(f.agreement >= EXPLAINS
+                   for stage in LOGIC for f in stage(s, fail, golden_agrees))
+    finally:
+        s.spent = spent
 
 
 def _sizes(err: np.ndarray) -> np.ndarray:
