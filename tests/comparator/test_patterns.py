@@ -37,7 +37,8 @@ def test_a_kernel_wrong_only_where_it_sums_is_named_by_the_output_class(smoke):
     pattern); the line names that class, not a parameter that happens to hold the failures."""
     report = corpus.judge(corpus.BROKEN["rg_bf16_accumulation"], str(smoke), diagnose=False)
     with GoldenFile(smoke) as gf:                 # the reduced dcos outputs, from the file
-        dcos = [gf[c] for c in gf.case_ids() if not gf[c].is_negative and "dcos" in gf[c].output_names]
+        dcos = [gf[c] for c in gf.case_ids()
+                if not gf[c].is_negative and "dcos" in gf[c].output_names]
         reduced = sum(1 for c in dcos if (c.output_meta("dcos").get("reduced_terms") or 0) > 1)
     assert 0 < reduced < len(dcos)
     failed = {r.case_id for r in report.results if r.output == "dcos" and r.status == "fail"}

@@ -69,31 +69,31 @@ def precision(s: Subject, fail: np.ndarray) -> Finding | None:
 
 def arithmetic_cause(s: Subject, fail: np.ndarray) -> Finding | None:
     """Errors beyond one rounding of the output dtype, of the size a narrower arithmetic gives:
-    the case (or the slice of it the elements read belong to: ``Subject.inputs``) evaluated
-    by the spec with the documented sums accumulated in a narrower dtype
-    (the spec's ``sum_dtype``: every partial sum rounded, in the stated order) or with inputs
-    read through one (an input, the inputs of one shape, all of them), rounded to the output
-    dtype, as many causes as ``SPEC_BUDGET`` input elements allow. Sought only when the kernel's RMS error is at least ``BEYOND_ONE_ROUNDING`` times
-    that of the golden rounded once; a cause's errors must be beyond one rounding too, and its
-    RMS and largest error each within ``SIZE_FACTOR`` of the kernel's. A cause whose values
-    the failing elements agree with (``EXPLAINS`` of them, by the case's standard: inputs read
-    through a dtype give the kernel's own numbers) is preferred; otherwise only the errors'
-    size is compared (a kernel adds in its own order). Of the causes within ``EQUALLY_GOOD`` of
-    the closest size, the first in the order above (the simplest) is named. Causes of the same
-    size (products rounded to that dtype before the sum; accumulation and inputs on an output
-    of few elements) are not told apart by size alone. No cause is named when one of ``LOGIC``
-    explains the failing elements."""
+    the case (or the slice of it the elements read belong to: ``Subject.inputs``) evaluated by
+    the spec with the documented sums accumulated in a narrower dtype (the spec's
+    ``sum_dtype``: every partial sum rounded, in the stated order) or with inputs read through
+    one (an input, the inputs of one shape, all of them), rounded to the output dtype, as many
+    causes as ``SPEC_BUDGET`` input elements allow. Sought only when the kernel's RMS error is
+    at least ``BEYOND_ONE_ROUNDING`` times that of the golden rounded once; a cause's errors
+    must be beyond one rounding too, and its RMS and largest error each within ``SIZE_FACTOR``
+    of the kernel's. A cause whose values the failing elements agree with (``EXPLAINS`` of
+    them, by the case's standard: inputs read through a dtype give the kernel's own numbers) is
+    preferred; otherwise only the errors' size is compared (a kernel adds in its own order). Of
+    the causes within ``EQUALLY_GOOD`` of the closest size, the first in the order above (the
+    simplest) is named. Causes of the same size (products rounded to that dtype before the sum;
+    accumulation and inputs on an output of few elements) are not told apart by size alone. No
+    cause is named when one of ``LOGIC`` explains the failing elements."""
     record, inputs = s.record, s.inputs
     if record is None or inputs is None:
         return None
-    if sum(int(np.size(v)) for v in inputs.values() if v is not None) > SPEC_ELEMENTS:
+    cost = sum(int(np.size(v)) for v in inputs.values() if v is not None)
+    if cost > SPEC_ELEMENTS:
         return None
     dt = resolve_dtype(s.dtype)
     mine = _sizes(np.abs(s.a - s.g))
     once = _sizes(np.abs(round_to(s.g, dt).astype(np.float64) - s.g))
     if mine[0] < BEYOND_ONE_ROUNDING * once[0]:
         return None
-    cost = sum(int(np.size(v)) for v in inputs.values() if v is not None)
     found = []
     for i, (cause, what, detail, call) in enumerate(_causes(record.call_of(s.params, inputs), dt)):
         if (i + 1) * cost > SPEC_BUDGET:
