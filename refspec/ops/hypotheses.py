@@ -373,6 +373,31 @@ def _first_rows(c: _Case) -> list[Variant]:
                 first = _first_index(first, i)
             out.append(Variant("index", f"{name} read at its first row only",
                                {"input": name, "read": "first row"}, c.with_inputs(**{name: first})))
+    return out + _tables_first(c)
+
+
+def _tables_first(c: _Case) -> list[Variant]:
+    """The cos and sin tables (held apart) both read at their first index along one named axis
+    (not the head's), and at their first row (a zero stride for every position)."""
+    r = c.rotation
+    if r is None or r.cos.name == r.sin.name or not all(p.name in c.inputs for p in c.tables()):
+        return []
+    cos, sin = np.asarray(c.inputs[r.cos.name]), np.asarray(c.inputs[r.sin.name])
+    letters = c.letters.get(r.cos.name)
+    if not letters or cos.shape != sin.shape or cos.ndim < 2:
+        return []
+    axes = [i for i, x in enumerate(letters[:-1]) if x not in (None, r.head) and cos.shape[i] > 1]
+    reads = [(f"first {letters[i]}", (i,)) for i in axes]
+    if len(axes) > 1:
+        reads.append(("first row", tuple(axes)))
+    out = []
+    for read, cut in reads:
+        a, b = cos, sin
+        for i in cut:
+            a, b = _first_index(a, i), _first_index(b, i)
+        out.append(Variant("index", f"{r.cos.name} and {r.sin.name} read at their {read} only",
+                           {"input": r.cos.name, "and": r.sin.name, "read": read},
+                           c.with_inputs(**{r.cos.name: a, r.sin.name: b})))
     return out
 
 
@@ -440,12 +465,14 @@ def _reductions(c: _Case) -> list[Variant]:
 
 
 def _broadcast_after(c: _Case, letter: str, size: int) -> Callable:
-    def after(name: str, value: np.ndarray) -> np.ndarray:
+    """``after`` of a reduction over ``letter`` too: a reduced output (size 1 along it)
+    broadcast back; None for the others (for them the variant is no reduction)."""
+    def after(name: str, value: np.ndarray) -> np.ndarray | None:
         text = c.record.output_axes(c.params, name)
         if not text or letter not in text[-np.ndim(value):]:
-            return value
+            return None
         axis = text[-np.ndim(value):].index(letter)
-        return np.repeat(value, size, axis=axis) if np.shape(value)[axis] == 1 else value
+        return np.repeat(value, size, axis=axis) if np.shape(value)[axis] == 1 else None
     return after
 
 
