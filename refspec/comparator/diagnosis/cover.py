@@ -24,7 +24,7 @@ MIN_SHARE, MIN_ELEMENTS = 0.1, 8
 #: and the part it explains is simple: along at most this many axes, in at most this many
 #: ranges (or one parity) in all, and the kernel agrees with it at this share of the elements
 #: there
-PART_AXES, PART_RANGES, PART_HELD = 2, 3, 0.9
+PART_AXES, PART_RANGES, PART_HELD = 2, 3, 0.97
 #: a finding that explains part of the failing elements explains this many times more of them
 #: than its values shuffled do (what chance agreement explains)
 CHANCE = 4
