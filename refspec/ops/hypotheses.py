@@ -15,7 +15,8 @@ wrong attribute; ``reread_layout``: the bytes of one layout read as another).
 The families (each variant's ``kind`` and ``detail``, docs/compare.md "The vocabulary"):
 
 - an input read at the wrong index along the head axis D (``index``): its halves exchanged,
-  its pairs exchanged, one element ahead or behind; the rotation partner taken from the wrong
+  its pairs exchanged, one element ahead or behind, reversed, its halves interleaved or its
+  pairs taken apart; the rotation partner taken from the wrong
   place (the sin term reading the input so: the cos and sin terms add, so the spec with the sin
   table zeroed gives the cos term and the spec with the cos table zeroed the sin term); the
   pairs formed one element off;
@@ -184,21 +185,32 @@ def _declared(record, call: Call, params: dict) -> _Case:
 
 def head_maps(h: int) -> dict[str, np.ndarray]:
     """Where a kernel reading a head of ``h`` elements wrongly takes element i from: its halves
-    exchanged, its pairs exchanged, one element ahead (i + 1), one behind (i - 1), both halves
-    and pairs exchanged (the partner of i in one pairing moved to its partner in the other)."""
+    exchanged, its pairs exchanged, one element ahead (i + 1), one behind (i - 1), reversed,
+    both halves and pairs exchanged (the partner of i in one pairing moved to its partner in the
+    other), its halves interleaved or its pairs taken apart (a layout step done or skipped)."""
     i = np.arange(h)
     out = {"next": (i + 1) % h, "previous": (i - 1) % h, "reversed": h - 1 - i}
     if h % 2 == 0:
-        out = {"halves": (i + h // 2) % h, "pairs": i ^ 1, **out,
-               "halves+pairs": ((i + h // 2) % h) ^ 1}
+        half = h // 2
+        out = {"halves": (i + half) % h, "pairs": i ^ 1, **out,
+               "halves+pairs": ((i + half) % h) ^ 1,
+               "interleaved": np.where(i % 2 == 0, i // 2, i // 2 + half),
+               "de-interleaved": np.where(i < half, 2 * i, 2 * (i - half) + 1)}
     return out
+
+
+#: the reads ``_read_at`` tries that ``_partners`` does not (orders of a whole head, not a
+#: partner's place)
+_ORDERS = ("interleaved", "de-interleaved")
 
 
 #: how each map reads, for a summary
 _READS = {"halves": "its halves exchanged", "pairs": "its pairs exchanged",
           "next": "one element ahead (d + 1 for d)", "previous": "one element behind (d - 1 for d)",
           "reversed": "reversed (D - 1 - d for d)",
-          "halves+pairs": "its halves and its pairs exchanged"}
+          "halves+pairs": "its halves and its pairs exchanged",
+          "interleaved": "its halves interleaved (2i takes i, 2i + 1 takes i + D/2)",
+          "de-interleaved": "its pairs taken apart (i takes 2i, i + D/2 takes 2i + 1)"}
 
 
 def _along_heads(arr, h: int, index: np.ndarray) -> np.ndarray:
@@ -266,6 +278,8 @@ def _partners(c: _Case) -> list[Variant]:
         if name not in c.inputs or not c.along_head(name):
             continue
         for how, index in head_maps(c.head).items():
+            if how in _ORDERS:
+                continue
             moved = {**c.inputs, name: _along_heads(c.inputs[name], c.head, index)}
             sin_term = c.call._replace(inputs=_table(c, r.cos, 0, moved))
             neither = c.call._replace(inputs=_table(c, r.sin, 0, _table(c, r.cos, 0, moved)))
@@ -373,6 +387,31 @@ def _first_rows(c: _Case) -> list[Variant]:
                 first = _first_index(first, i)
             out.append(Variant("index", f"{name} read at its first row only",
                                {"input": name, "read": "first row"}, c.with_inputs(**{name: first})))
+    return out + _tables_first(c)
+
+
+def _tables_first(c: _Case) -> list[Variant]:
+    """The cos and sin tables (held apart) both read at their first index along one named axis
+    (not the head's), and at their first row (a zero stride for every position)."""
+    r = c.rotation
+    if r is None or r.cos.name == r.sin.name or not all(p.name in c.inputs for p in c.tables()):
+        return []
+    cos, sin = np.asarray(c.inputs[r.cos.name]), np.asarray(c.inputs[r.sin.name])
+    letters = c.letters.get(r.cos.name)
+    if not letters or cos.shape != sin.shape or cos.ndim < 2:
+        return []
+    axes = [i for i, x in enumerate(letters[:-1]) if x not in (None, r.head) and cos.shape[i] > 1]
+    reads = [(f"first {letters[i]}", (i,)) for i in axes]
+    if len(axes) > 1:
+        reads.append(("first row", tuple(axes)))
+    out = []
+    for read, cut in reads:
+        a, b = cos, sin
+        for i in cut:
+            a, b = _first_index(a, i), _first_index(b, i)
+        out.append(Variant("index", f"{r.cos.name} and {r.sin.name} read at their {read} only",
+                           {"input": r.cos.name, "and": r.sin.name, "read": read},
+                           c.with_inputs(**{r.cos.name: a, r.sin.name: b})))
     return out
 
 
@@ -440,12 +479,14 @@ def _reductions(c: _Case) -> list[Variant]:
 
 
 def _broadcast_after(c: _Case, letter: str, size: int) -> Callable:
-    def after(name: str, value: np.ndarray) -> np.ndarray:
+    """``after`` of a reduction over ``letter`` too: a reduced output (size 1 along it)
+    broadcast back; None for the others (for them the variant is no reduction)."""
+    def after(name: str, value: np.ndarray) -> np.ndarray | None:
         text = c.record.output_axes(c.params, name)
         if not text or letter not in text[-np.ndim(value):]:
-            return value
+            return None
         axis = text[-np.ndim(value):].index(letter)
-        return np.repeat(value, size, axis=axis) if np.shape(value)[axis] == 1 else value
+        return np.repeat(value, size, axis=axis) if np.shape(value)[axis] == 1 else None
     return after
 
 

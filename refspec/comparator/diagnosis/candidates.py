@@ -141,7 +141,7 @@ def permutations(s: Subject, fail: np.ndarray, golden_agrees: float) -> list[Fin
         name = names[ax]
         out += candidate(s, fail, golden_agrees, np.ascontiguousarray(values).reshape(-1),
                          "permuted", f"the golden with {name.lower()} {how}",
-                         {"axis": name, "how": how})
+                         {"axis": name, "how": how.split(" (")[0]})
         if explains_all(s, out, fail):
             break
     return out

@@ -14,7 +14,7 @@ from .findings import EXPLAINS, KINDS, Finding, Subject, count, finite
 from .regions import inside, where
 
 __all__ = ["ROUNDS", "MIN_SHARE", "MIN_ELEMENTS", "PART_AXES", "PART_RANGES", "PART_HELD",
-           "CHANCE", "SAME", "choose", "explains_all", "claims"]
+           "CHANCE", "NEAR", "SAME", "choose", "explains_all", "claims"]
 
 #: findings of one output at most (rounds of the cover)
 ROUNDS = 4
@@ -24,10 +24,13 @@ MIN_SHARE, MIN_ELEMENTS = 0.1, 8
 #: and the part it explains is simple: along at most this many axes, in at most this many
 #: ranges (or one parity) in all, and the kernel agrees with it at this share of the elements
 #: there
-PART_AXES, PART_RANGES, PART_HELD = 2, 3, 0.9
+PART_AXES, PART_RANGES, PART_HELD = 2, 3, 0.97
 #: a finding that explains part of the failing elements explains this many times more of them
 #: than its values shuffled do (what chance agreement explains)
 CHANCE = 4
+#: a candidate that agrees with most of what is left explains (is clearly not the golden at) at
+#: least one in this many of the elements it agrees with
+NEAR = 4
 #: a finding names at most this many others that explain exactly what it does
 SAME = 3
 
@@ -61,13 +64,17 @@ def choose(s: Subject, fail: np.ndarray, pool: list[Finding]) -> tuple[list[Find
     rest, chosen = fail.copy(), []
     pool = list(pool)
     while pool and len(chosen) < ROUNDS and rest.any():
-        gains = [int((claims(f, fail) & rest).sum()) for f in pool]
+        # (ranked by what they explain, and by what they agree with besides: a candidate
+        # near the golden at some elements explains fewer of them than it agrees with)
+        gains = [int((claims(f, fail) & rest).sum()) + int((claims(f, fail, covers=True) &
+                                                            rest).sum()) for f in pool]
         taken = None
         for i in _ranked(s, pool, gains):
-            f, gain = pool[i], gains[i]
+            f = pool[i]
+            gain = int((claims(f, fail) & rest).sum())
             mine = claims(f, fail, covers=True) & rest
             covered = int(mine.sum())      # (with the elements where it is near the golden)
-            most = (covered >= EXPLAINS * rest.sum() and 2 * gain >= covered
+            most = (covered >= EXPLAINS * rest.sum() and NEAR * gain >= covered
                     and (not chosen or gain >= least))
             if most or (gain >= least and _clean_part(s, f, mine)
                         and _beyond_chance(s, f, rest, gain)):

@@ -21,8 +21,8 @@ __all__ = ["Finding", "Subject", "KINDS", "SPEC_ELEMENTS", "EXPLAINS", "DISTINCT
 #: the diagnosis's vocabulary (docs/compare.md, "The vocabulary"), in the order that breaks a tie
 #: between two findings that explain the same elements (``precision`` and ``unexplained`` are
 #: never ranked so); a new kind is added here (``diagnose.CANDIDATES`` asks for its findings)
-KINDS = ["zero", "nonfinite", "constant", "copy", "alternative", "reduction", "sign", "input",
-         "index", "extent", "permuted", "scale", "rounding", "dtype", "precision", "unexplained"]
+KINDS = ["zero", "nonfinite", "constant", "copy", "extent", "input", "alternative", "reduction",
+         "sign", "index", "permuted", "scale", "rounding", "dtype", "precision", "unexplained"]
 #: a case whose inputs hold more elements than this is not re-evaluated under hypotheses when
 #: no slice of it is (``views``)
 SPEC_ELEMENTS = 1 << 22
