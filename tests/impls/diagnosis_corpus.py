@@ -720,6 +720,10 @@ BROKEN_LIST = [
     _broken("nrc_encoder_streams_swapped", "nrc",
             "encoderQuery concatenated to key and encoderKey to query",
             {None: label(A, param="inputs", value="encoder_query<->encoder_key"),
+             # each output reads the other encoder stream for its own
+             **{f"{a}_output": (label(A, param="inputs", value="encoder_query<->encoder_key"),
+                                label("input", input=f"encoder_{a}", value=f"encoder_{b}"))
+                for a, b in (("query", "key"), ("key", "query"))},
              **{f"norm_added_{a}_{s}": (label(A, param="inputs", value="encoder_query<->encoder_key"),
                                         label("copy", of=f"output:norm_added_{b}_{s}"))
                 for a, b in (("query", "key"), ("key", "query")) for s in ("mean", "rstd")}},
@@ -796,7 +800,8 @@ BROKEN_LIST = [
                                              "pairs interleaved (2i takes i, 2i + 1 takes i + h/2)")),
             "written_back_in_pairs"),
     _broken("ir_no_deinterleave", "interleave_rope", "x rotated half without its pairs taken apart",
-            label(A, param="x", value=("interleaved", "pairs interleaved", "halves interleaved")),
+            (label(A, param="x", value=("interleaved", "pairs interleaved", "halves interleaved")),
+             label("index", input="x", read=("interleaved", "halves interleaved"))),
             "no_deinterleave"),
     _broken("ir_odd_first", "interleave_rope", "the pairs taken apart odd positions first",
             (label(A, param="x", value="pairs exchanged"), label("index", input="x", read="pairs")),
