@@ -14,7 +14,7 @@ from ...spec.dtypes import resolve_dtype, round_to
 from ...spec.errors import AclnnError
 from ..judging.twins import TWINS
 from .cover import explains_all
-from .findings import SPEC_BUDGET, Finding, Subject, candidate, count
+from .findings import SPEC_BUDGET, SPEC_VARIANTS, Finding, Subject, candidate, count
 
 __all__ = ["twins", "fills", "copies", "multiples", "permutations", "own_hypotheses", "hypotheses",
            "spec_hypotheses", "exact_terms", "spec_values"]
@@ -186,8 +186,8 @@ def hypotheses(s: Subject, fail: np.ndarray, golden_agrees: float) -> list[Findi
 
 def spec_hypotheses(s: Subject, fail: np.ndarray, families) -> list[Finding]:
     """Each variant of ``families`` (functions ``(record, call, params) -> [Variant]``)
-    evaluated by the spec on the inputs the elements read belong to, within ``SPEC_BUDGET``
-    for the output; none when the spec on those inputs does not give the golden (the slice would
+    evaluated by the spec on the inputs the elements read belong to, within ``SPEC_BUDGET`` and
+    ``SPEC_VARIANTS`` for the output; none when the spec on those inputs does not give the golden (the slice would
     not be a case of its own). The spec's values of a variant are kept for the other outputs
     of the case (``Subject.spec_memo``)."""
     record = s.record
@@ -204,7 +204,8 @@ def spec_hypotheses(s: Subject, fail: np.ndarray, families) -> list[Finding]:
     for family in families:
         for i, variant in enumerate(family(record, call, s.params)):
             s.spent += cost * (1 + len(variant.parts))
-            if s.spent > SPEC_BUDGET:
+            s.tried += 1
+            if s.spent > SPEC_BUDGET or s.tried > SPEC_VARIANTS:
                 return out
             out += candidate(s, fail, 0.0, values(variant, (family, i)), variant.kind,
                              variant.summary, dict(variant.detail))

@@ -15,7 +15,7 @@ from ..judging.floatinfo import float_info, ulp_at
 from ..judging.naming import axis_names
 
 __all__ = ["Finding", "Subject", "KINDS", "SPEC_ELEMENTS", "EXPLAINS", "DISTINCT",
-           "SPEC_BUDGET", "PRECISION_FACTOR", "candidate", "explained", "complete", "share",
+           "SPEC_BUDGET", "SPEC_VARIANTS", "PRECISION_FACTOR", "candidate", "explained", "complete", "share",
            "finite", "count"]
 
 #: the diagnosis's vocabulary (docs/compare.md, "The vocabulary"), in the order that breaks a tie
@@ -32,9 +32,9 @@ EXPLAINS = 0.9
 #: what the standard allows away from the golden (so no rounding-sized difference explains it)
 DISTINCT = 4.0
 #: the spec hypotheses of one output evaluate at most this many input elements in all (each
-#: variant counts the elements of the inputs it is evaluated on): a bound on their cost that
-#: gives the same findings however loaded the machine is
-SPEC_BUDGET = 1 << 24
+#: variant counts the elements of the inputs it is evaluated on), and at most ``SPEC_VARIANTS``
+#: variants: a bound on their cost that gives the same findings however loaded the machine is
+SPEC_BUDGET, SPEC_VARIANTS = 1 << 22, 256
 #: a precision error is within this multiple of the arithmetic bound: half an ulp of the result
 #: plus K + 2 roundings of the sum of |terms| (products, sum, the K-term accumulation)
 PRECISION_FACTOR = 1.5
@@ -80,7 +80,7 @@ class Subject:
     shape, or that of its slice); ``failing_total`` the failing elements of the whole output
     (as judged); ``spec_memo`` the spec's values of the calls evaluated for it (shared by the
     outputs of its case); ``spent`` the input elements its spec hypotheses have evaluated
-    (``SPEC_BUDGET``)."""
+    and ``tried`` how many variants (``SPEC_BUDGET``, ``SPEC_VARIANTS``)."""
 
     name: str
     dtype: str
@@ -103,6 +103,7 @@ class Subject:
     failing_total: int | None = None
     spec_memo: dict = field(default_factory=dict, repr=False)
     spent: int = field(default=0, repr=False)
+    tried: int = field(default=0, repr=False)
 
     @property
     def axis_names(self) -> tuple[str, ...]:

@@ -21,10 +21,10 @@ __all__ = ["View", "VIEW_ELEMENTS", "CASE_ELEMENTS", "choose_view", "read_actual
            "letters_of"]
 
 #: at most this many elements of an output are diagnosed
-VIEW_ELEMENTS = 1 << 16
+VIEW_ELEMENTS = 1 << 14
 #: the inputs of a case (or of its slice) the hypotheses are evaluated on hold at most this many
 #: elements together
-CASE_ELEMENTS = 1 << 18
+CASE_ELEMENTS = 1 << 16
 
 
 @dataclass(frozen=True, eq=False)
