@@ -133,12 +133,12 @@ def _logic_explains(s: Subject, fail: np.ndarray) -> bool:
     """Whether a stage of ``LOGIC`` explains the failing elements (the spec budget it spends is
     given back: the diagnosis that follows spends its own)."""
     golden_agrees = 1.0 - float(fail.mean())
-    spent = s.spent
+    spent, tried = s.spent, s.tried
     try:
         return any(f.agreement >= EXPLAINS
                    for stage in LOGIC for f in stage(s, fail, golden_agrees))
     finally:
-        s.spent = spent
+        s.spent, s.tried = spent, tried
 
 
 def _sizes(err: np.ndarray) -> np.ndarray:
