@@ -148,24 +148,26 @@ def permutations(s: Subject, fail: np.ndarray, golden_agrees: float) -> list[Fin
 
 
 def _head_orders(s: Subject, full: np.ndarray) -> list:
-    """(axis, how, values) of the golden's heads along the last axis in another order."""
+    """(axis, how, values) of the golden's heads along the last axis in another order (each
+    head of the record's head size, and the whole axis)."""
     D = full.shape[-1]
     rotation = s.record.comparison.rotation if s.record is not None else None
     h = D
     if rotation is not None and rotation.head_size and s.params.get(rotation.head_size):
         h = int(s.params[rotation.head_size])
-    if D < 2 or D % h or h % 2:
-        return []
-    heads = full.reshape(full.shape[:-1] + (D // h, h))
-    i, half = np.arange(h), h // 2
-    orders = {"halves exchanged": head_maps(h)["halves"], "pairs exchanged": i ^ 1,
-              "pairs interleaved (2i takes i, 2i + 1 takes i + h/2)":
-                  np.where(i % 2 == 0, i // 2, i // 2 + half),
-              "de-interleaved (i takes 2i, i + h/2 takes 2i + 1)":
-                  np.where(i < half, 2 * i, 2 * (i - half) + 1)}
-    within = f" within each head of {h}" if h < D else ""
-    return [(full.ndim - 1, how + within, np.take(heads, index, axis=-1).reshape(full.shape))
-            for how, index in orders.items()]
+    out = []
+    for size in dict.fromkeys((h, D)):
+        if size < 2 or D % size or size % 2:
+            continue
+        maps = head_maps(size)
+        orders = {"halves exchanged": maps["halves"], "pairs exchanged": maps["pairs"],
+                  "pairs interleaved (2i takes i, 2i + 1 takes i + h/2)": maps["interleaved"],
+                  "de-interleaved (i takes 2i, i + h/2 takes 2i + 1)": maps["de-interleaved"]}
+        heads = full.reshape(full.shape[:-1] + (D // size, size))
+        within = f" within each head of {size}" if size < D else ""
+        out += [(full.ndim - 1, how + within, np.take(heads, index, axis=-1).reshape(full.shape))
+                for how, index in orders.items()]
+    return out
 
 
 # --- the spec under the record's hypotheses ---------------------------------------------------
