@@ -76,13 +76,13 @@ def arithmetic_cause(s: Subject, fail: np.ndarray) -> Finding | None:
     causes as ``SPEC_BUDGET`` input elements allow. Sought only when the kernel's RMS error is
     at least ``BEYOND_ONE_ROUNDING`` times that of the golden rounded once; a cause's errors
     must be beyond one rounding too, and its RMS and largest error each within ``SIZE_FACTOR``
-    of the kernel's. A cause whose values the failing elements agree with (``EXPLAINS`` of
-    them, by the case's standard: inputs read through a dtype give the kernel's own numbers) is
-    preferred; otherwise only the errors' size is compared (a kernel adds in its own order). Of
-    the causes within ``EQUALLY_GOOD`` of the closest size, the first in the order above (the
-    simplest) is named. Causes of the same size (products rounded to that dtype before the sum;
-    accumulation and inputs on an output of few elements) are not told apart by size alone. No
-    cause is named when one of ``LOGIC`` explains the failing elements."""
+    of the kernel's. Inputs read through a dtype give the kernel's own numbers, so such a cause
+    also needs the failing elements to agree with its values (``EXPLAINS`` of them, by the
+    case's standard); for the sums only the errors' size is compared (a kernel adds in its own
+    order). A cause the values agree with is preferred; of the others within ``EQUALLY_GOOD`` of
+    the closest size, the first in the order above (the simplest) is named. Errors of the same
+    size from arithmetic not evaluated here (products rounded before the sum, noise) get no
+    cause. No cause is named when one of ``LOGIC`` explains the failing elements."""
     record, inputs = s.record, s.inputs
     if record is None or inputs is None:
         return None
@@ -108,6 +108,8 @@ def arithmetic_cause(s: Subject, fail: np.ndarray) -> Finding | None:
         if (ratios > SIZE_FACTOR).any() or (ratios < 1 / SIZE_FACTOR).any():
             continue
         agree = float(s.agree(values)[fail].mean())
+        if "inputs" in detail and agree < EXPLAINS:
+            continue                    # inputs read through a dtype give the kernel's numbers
         found.append((agree, float(np.abs(np.log(ratios)).sum()), cause, what, detail, theirs))
     if not found or _logic_explains(s, fail):
         return None
