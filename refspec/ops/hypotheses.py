@@ -14,18 +14,12 @@ wrong attribute; ``reread_layout``: the bytes of one layout read as another).
 
 The families (each variant's ``kind`` and ``detail``, docs/compare.md "The vocabulary"):
 
-- an input read at the wrong index along the head axis D (``index``): its halves exchanged,
-  its pairs exchanged, one element ahead or behind, reversed, its halves interleaved or its
-  pairs taken apart; the rotation partner taken from the wrong
-  place (the sin term reading the input so: the cos and sin terms add, so the spec with the sin
-  table zeroed gives the cos term and the spec with the cos table zeroed the sin term); the
-  pairs formed one element off;
-- an input read at its first index along an axis only (a broadcast input read at its first
-  row, a full input read as if broadcast) (``index``); an index input one off or all zero;
-- the tables: cos and sin exchanged (``alternative``), one read for the other, either left out
-  (read as 0) or its factor left out (read as 1) (``input``), a term's sign flipped (``sign``);
-- any other input: left out (0), its factor left out (1), read where another input of its
-  shape belongs, exchanged with it (``input``, ``alternative``), its sign flipped (``sign``);
+- an input read at the wrong index along the head axis D (``index``; ``head_orders``); the
+  rotation partner taken from the wrong place (the cos and sin terms add: the spec with the sin
+  table zeroed gives the cos term, with the cos table zeroed the sin term); pairs one off;
+- an input read at its first index along an axis only (``index``); positions one off or 0;
+- the tables, and any other input: exchanged (``alternative``), one read for the other, left
+  out (0) or its factor left out (1) (``input``), a sign flipped (``sign``);
 - a reduction over another set of axes (``reduction``): without some of the axes the output is
   summed over (the inputs cut to their first index along those), or over an axis more;
 - the rotated part's extent (``extent``, where a part passes through unrotated): its last pair
@@ -39,10 +33,11 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from .head_orders import ORDERS, READS, along_heads, head_maps, heads_after
 from .record import Call, TablePart
 
 __all__ = ["Variant", "other_values", "reread_layout", "replaced_inputs", "generated",
-           "GENERATED", "head_maps"]
+           "GENERATED"]
 
 
 class Variant(NamedTuple):
@@ -181,56 +176,6 @@ def _declared(record, call: Call, params: dict) -> _Case:
     return _Case(record, call, params, letters, head, rotation)
 
 
-# --- index maps along a head -----------------------------------------------------------------------
-
-def head_maps(h: int) -> dict[str, np.ndarray]:
-    """Where a kernel reading a head of ``h`` elements wrongly takes element i from: its halves
-    exchanged, its pairs exchanged, one element ahead (i + 1), one behind (i - 1), reversed,
-    both halves and pairs exchanged (the partner of i in one pairing moved to its partner in the
-    other), its halves interleaved or its pairs taken apart (a layout step done or skipped)."""
-    i = np.arange(h)
-    out = {"next": (i + 1) % h, "previous": (i - 1) % h, "reversed": h - 1 - i}
-    if h % 2 == 0:
-        half = h // 2
-        out = {"halves": (i + half) % h, "pairs": i ^ 1, **out,
-               "halves+pairs": ((i + half) % h) ^ 1,
-               "interleaved": np.where(i % 2 == 0, i // 2, i // 2 + half),
-               "de-interleaved": np.where(i < half, 2 * i, 2 * (i - half) + 1)}
-    return out
-
-
-#: the reads ``_read_at`` tries that ``_partners`` does not (orders of a whole head, not a
-#: partner's place)
-_ORDERS = ("interleaved", "de-interleaved")
-
-
-#: how each map reads, for a summary
-_READS = {"halves": "its halves exchanged", "pairs": "its pairs exchanged",
-          "next": "one element ahead (d + 1 for d)", "previous": "one element behind (d - 1 for d)",
-          "reversed": "reversed (D - 1 - d for d)",
-          "halves+pairs": "its halves and its pairs exchanged",
-          "interleaved": "its halves interleaved (2i takes i, 2i + 1 takes i + D/2)",
-          "de-interleaved": "its pairs taken apart (i takes 2i, i + D/2 takes 2i + 1)"}
-
-
-def _along_heads(arr, h: int, index: np.ndarray) -> np.ndarray:
-    """``arr`` with the elements of each head of ``h`` (its last axis) taken at ``index``."""
-    a = np.asarray(arr)
-    heads = a.reshape(a.shape[:-1] + (a.shape[-1] // h, h))
-    return np.ascontiguousarray(np.take(heads, index, axis=-1).reshape(a.shape))
-
-
-def _heads_after(h: int, index: np.ndarray, letter: str, record, params) -> Callable:
-    """``after`` of a variant: outputs whose last axis is the head axis rearranged by
-    ``index`` within each head; the others as computed."""
-    def after(name: str, value: np.ndarray) -> np.ndarray:
-        letters = record.output_axes(params, name)
-        if not letters or letters[-1] != letter or np.shape(value)[-1] % h:
-            return value
-        return _along_heads(value, h, index)
-    return after
-
-
 # --- the families --------------------------------------------------------------------------------
 
 def _read_at(c: _Case) -> list[Variant]:
@@ -242,9 +187,9 @@ def _read_at(c: _Case) -> list[Variant]:
         for how, index in head_maps(c.head).items():
             if how == "halves+pairs":
                 continue
-            out.append(Variant("index", f"{name} read with {_READS[how]} along "
+            out.append(Variant("index", f"{name} read with {READS[how]} along "
                                f"{c.rotation.head.lower()}", {"input": name, "read": how},
-                               c.with_inputs(**{name: _along_heads(c.inputs[name], c.head, index)})))
+                               c.with_inputs(**{name: along_heads(c.inputs[name], c.head, index)})))
     return out
 
 
@@ -278,13 +223,13 @@ def _partners(c: _Case) -> list[Variant]:
         if name not in c.inputs or not c.along_head(name):
             continue
         for how, index in head_maps(c.head).items():
-            if how in _ORDERS:
+            if how in ORDERS:
                 continue
-            moved = {**c.inputs, name: _along_heads(c.inputs[name], c.head, index)}
+            moved = {**c.inputs, name: along_heads(c.inputs[name], c.head, index)}
             sin_term = c.call._replace(inputs=_table(c, r.cos, 0, moved))
             neither = c.call._replace(inputs=_table(c, r.sin, 0, _table(c, r.cos, 0, moved)))
             out.append(Variant("index", f"the rotation partner of {name} taken at the wrong "
-                               f"index (the sin term reads {name} with {_READS[how]})",
+                               f"index (the sin term reads {name} with {READS[how]})",
                                {"input": name, "partner": how}, cos_term,
                                ((1.0, sin_term), (-1.0, neither))))
     return out
@@ -300,11 +245,11 @@ def _pairs_off(c: _Case) -> list[Variant]:
     out = []
     for how, back, text in (("next", "previous", "d + 1 with d + 2"),
                             ("previous", "next", "d - 1 with d")):
-        moved = {n: _along_heads(c.inputs[n], c.head, maps[how]) for n in names}
+        moved = {n: along_heads(c.inputs[n], c.head, maps[how]) for n in names}
         out.append(Variant("index", f"the pairs formed one element off along "
                            f"{c.rotation.head.lower()} ({text})", {"read": f"pairs {how}"},
                            c.with_inputs(**moved),
-                           after=_heads_after(c.head, maps[back], c.rotation.head, c.record,
+                           after=heads_after(c.head, maps[back], c.rotation.head, c.record,
                                               c.params)))
     return out
 

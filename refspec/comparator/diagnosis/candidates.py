@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ops.hypotheses import GENERATED, Variant, head_maps
+from ...ops.head_orders import head_maps
+from ...ops.hypotheses import GENERATED, Variant
 from ...spec.dtypes import resolve_dtype, round_to
 from ...spec.errors import AclnnError
 from ..judging.twins import TWINS

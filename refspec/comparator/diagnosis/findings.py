@@ -155,14 +155,13 @@ def explained(s: Subject, fail: np.ndarray, candidate: np.ndarray,
 
 
 def candidate(s, fail, golden_agrees, values, kind, summary, detail,
-              after_rounding=None, part=None) -> list[Finding]:
+              after_rounding=None) -> list[Finding]:
     """A finding of ``kind`` for the candidate ``values`` (float64, the elements read) when it
     explains at least one failing element: ``claims`` the failing elements where the kernel's
     value agrees with it (or with ``after_rounding``, the same mistake made after the result
     was rounded to the output dtype) and it is ``Subject.distinct`` from the golden;
     ``agreement`` their share of the failing elements. ``summary`` says what the kernel
-    computed (the diagnosis adds the part it explains), ``part`` the same for a part of the
-    output with ``{where}`` for the part (default: summary + " on {where}").
+    computed (the diagnosis adds the part it explains: summary + " on {where}").
     ``golden_agrees`` is kept for candidate functions written before the cover (unused)."""
     if values is None or values.shape != s.g.shape:
         return []
@@ -180,7 +179,7 @@ def candidate(s, fail, golden_agrees, values, kind, summary, detail,
     claims[at[mine]] = True
     covers[at[ok]] = True
     return [Finding(kind, summary, float(mine.mean()), dict(detail), claims=claims,
-                    covers=covers, values=values, part=part or f"{summary} on {{where}}")]
+                    covers=covers, values=values, part=f"{summary} on {{where}}")]
 
 
 def _constant(values: np.ndarray) -> float | None:
