@@ -1,12 +1,26 @@
-"""What the diagnosis of failing outputs costs: the same comparison with and without it, in
-the same run.
+"""How well the diagnosis of failing outputs does, and what it costs.
 
-    python benchmarks/bench_diagnosis.py                       # 100 failing outputs
-    python benchmarks/bench_diagnosis.py --failing 300
-    python benchmarks/bench_diagnosis.py --golden FILE.h5      # another golden file
+    python benchmarks/bench_diagnosis.py                       # the corpus score (smoke sweep)
+    python benchmarks/bench_diagnosis.py --golden FILE.h5      # the corpus on another golden file
+    python benchmarks/bench_diagnosis.py --golden FILE.h5 --kernels 'rg_*' 'rope_grad_correct_*'
+    python benchmarks/bench_diagnosis.py --failing 100         # the cost on the quick tier
+    python benchmarks/bench_diagnosis.py --failing 300 --golden FILE.h5
 
-Writes the quick tier of the standard sweep (``refspec generate --sweep standard --tier quick``)
-into a temporary directory unless ``--golden`` names a file. ``--failing`` outputs, taken at an
+The score: every kernel of the corpus of broken kernels (tests/impls/diagnosis_corpus.py, each
+labelled with the finding that names its mistake) and of its correct kernels (float32 and I/O
+dtype arithmetic) is run with ``refspec run`` on the smoke sweep (written into a temporary
+directory unless ``--golden`` names a file), each on the cases of its operator. Printed: the
+fraction of the broken kernels' failing outputs whose first finding names the mistake (the
+corpus's matching rule: kind and key detail), the fraction of failing outputs with no finding,
+the correct kernels' false bug calls (a failing output with a finding that claims a logic
+error), and the time the diagnosis adds (the whole corpus judged with ``diagnose=False`` and
+with the diagnosis, in one process); per operator and per kernel, the share named and the most
+common first finding of the outputs not named. ``--kernels`` scores the corpus kernels whose
+names match one of its shell patterns only (a subset costs a fraction of the CPU).
+
+The cost (``--failing N``): writes the quick tier of the standard sweep (``refspec generate
+--sweep standard --tier quick``) into a temporary directory unless ``--golden`` names a file.
+``--failing`` outputs, taken at an
 even stride over every output of the file's positive cases (so the large ones are among them),
 get a kernel's mistake each, in turn: the golden's negative, twice the golden, zeros, the
 halves of the last axis exchanged, one ulp off everywhere; every other output is the rounded
@@ -20,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import fnmatch
 import os
 import subprocess
 import sys
@@ -33,6 +48,9 @@ import refspec.goldens as goldens
 from refspec.spec.dtypes import round_to
 
 from results import print_results
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "impls"))
+import diagnosis_corpus as corpus  # noqa: E402  (tests/impls/diagnosis_corpus.py)
 
 MISTAKES = ("negated", "doubled", "zeros", "halves", "one_ulp")
 
@@ -81,12 +99,65 @@ def timed(path, actual, repeat: int, **options):
     return best, report
 
 
+def corpus_score(path: str, patterns=None) -> None:
+    """The corpus score on ``path`` (see the module docstring), of the kernels matching one of
+    ``patterns`` (None: all)."""
+    kernels = [k for k in [*corpus.BROKEN.values(), *corpus.CORRECT.values()]
+               if patterns is None or any(fnmatch.fnmatch(k.name, p) for p in patterns)]
+    broken_kernels = [k for k in kernels if k.mistakes]
+    quiet = corpus.score(path, kernels, diagnose=False)
+    sc = corpus.score(path, kernels)
+    broken, correct = sc.broken(), sc.correct()
+    ops = collections.Counter(k.op for k in broken_kernels)
+    per_op: dict = {}
+    for r in broken:
+        named, n = per_op.get(r.op, (0, 0))
+        per_op[r.op] = (named + r.named, n + 1)
+    missed = collections.defaultdict(collections.Counter)
+    for r in broken:
+        if not r.named:
+            missed[r.kernel][r.first.split(":")[0] or "(none)"] += 1
+    print_results({
+        "golden": path,
+        "load average at the start": os.getloadavg()[0],
+        "broken kernels": f"{len(broken_kernels)} ({dict(ops)})",
+        "correct kernels": len(kernels) - len(broken_kernels),
+        "broken kernels that fail nothing": sc.silent_kernels or "none",
+        "failing outputs of the broken kernels": len(broken),
+        "named by the first finding": f"{sc.named:.3f} ({sum(r.named for r in broken)})",
+        "named, mean over the kernels": f"{sc.named_per_kernel:.3f}",
+        "empty diagnosis (every failing output)": f"{sc.empty:.3f} "
+                                                  f"({sum(not r.first for r in sc.rows)} of {len(sc.rows)})",
+        "failing outputs of the correct kernels": len(correct),
+        "false bug calls on them": f"{sc.false_bugs} ({sc.false_bugs / max(len(correct), 1):.3f})",
+        "corpus judged without the diagnosis (s)": quiet.seconds,
+        "corpus judged with it (s)": sc.seconds,
+        "added by the diagnosis (s)": sc.seconds - quiet.seconds,
+        "per failing output (ms)": 1e3 * (sc.seconds - quiet.seconds) / max(len(sc.rows), 1),
+        "named per operator": {op: f"{a}/{n}" for op, (a, n) in per_op.items()},
+        "named per kernel (first findings of the others)": {
+            k: f"{a}/{n}" + (f" {dict(missed[k])}" if a < n else "")
+            for k, (a, n) in sc.per_kernel().items()},
+    })
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--golden")
-    ap.add_argument("--failing", type=int, default=100)
+    ap.add_argument("--failing", type=int, help="the cost mode: this many failing outputs")
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--kernels", nargs="+", metavar="PATTERN",
+                    help="score only the corpus kernels whose names match")
     args = ap.parse_args()
+    if args.failing is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = args.golden
+            if path is None:
+                path = os.path.join(tmp, "smoke.h5")
+                subprocess.run([sys.executable, "-m", "refspec", "generate", "-o", path],
+                               check=True, stdout=subprocess.DEVNULL)
+            corpus_score(path, args.kernels)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         path = args.golden
         if path is None:

@@ -1,8 +1,21 @@
-"""Reading golden files whole in tests: every case's metadata and every dataset's bytes."""
+"""Golden files in tests: the smoke sweep written for some operators; every case's metadata
+and every dataset's bytes read whole."""
 
 from __future__ import annotations
 
+from click.testing import CliRunner
+
 import refspec.goldens as goldens
+from refspec.cli import main
+
+
+def smoke_golden(folder, *ops: str) -> str:
+    """The smoke sweep's cases of ``ops`` (all when none) written into ``folder``; the path."""
+    path = folder / "smoke.h5"
+    result = CliRunner().invoke(main, ["generate", "-o", str(path)]
+                                + [a for op in ops for a in ("--op", op)])
+    assert result.exit_code == 0, result.output
+    return str(path)
 
 
 def case_content(case) -> dict:

@@ -21,7 +21,8 @@ from ..spec.dtypes import resolve_dtype
 from ..spec.errors import AclnnError
 from ..spec.layouts import cos_pattern
 from .axes import Axis, Shape, bad_value, dist_axis, dtype_axis, fault_axis, soc_axis
-from .record import Call, Comparison, Generation, Operator, Output, SweepAxes, Tensor, TensorPlan, Tensors
+from .record import (Call, Comparison, Generation, Operator, Output, Rotation, SweepAxes,
+                     TablePart, Tensor, TensorPlan, Tensors)
 from .rope_records import PAIRING, cos_fits, parse_pattern, table_positions
 from .sampling import ROPE_VENDOR, draw, draw_tables, dtype_max
 
@@ -155,8 +156,10 @@ def _record(v2: bool) -> Operator:
         title="ApplyRotaryPosEmbV2" if v2 else "ApplyRotaryPosEmb",
         spec=apply_rotary_pos_emb_v2 if v2 else apply_rotary_pos_emb,
         tensors=Tensors(
-            inputs=(Tensor("query", "queryRef", "data"), Tensor("key", "keyRef", "data"),
-                    Tensor("cos", "cos", "table"), Tensor("sin", "sin", "table")),
+            inputs=(Tensor("query", "queryRef", "data", "{layout}"),
+                    Tensor("key", "keyRef", "data", "{layout}"),
+                    Tensor("cos", "cos", "table", "{layout}"),
+                    Tensor("sin", "sin", "table", "{layout}")),
             outputs=(Output("query_out", "queryOut", axes="{layout}"),
                      Output("key_out", "keyOut", axes="{layout}"))),
         sweep=_sweep(v2),
@@ -165,8 +168,9 @@ def _record(v2: bool) -> Operator:
         comparison=Comparison(
             context=("rotary_mode", "layout", "cos", "dtype") if v2 else ("layout", "cos", "dtype"),
             hypotheses=((hypotheses.other_values("rotary_mode"),) if v2 else ())
-            + (hypotheses.other_values("layout"), hypotheses.exchanged("cos", "sin"),
-               hypotheses.negated("sin"))))
+            + (hypotheses.other_values("layout"),),
+            independent=("B", "S", "T"),
+            rotation=Rotation(data=("query", "key"), cos=TablePart("cos"), sin=TablePart("sin"))))
 
 
 APPLY_ROPE = _record(v2=False)

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import hypotheses
 from ..spec.dtypes import resolve_dtype
 from ..spec.errors import AclnnError
 from ..spec.irope import interleave_rope, interleave_rope_terms
 from ..spec.irope_checks import check_interleave_rope_args
 from ..spec.layouts import cos_pattern
 from .axes import Axis, Shape, dist_axis, dtype_axis, fault_axis, soc_axis
-from .record import Call, Comparison, Generation, Operator, Output, SweepAxes, Tensor, TensorPlan, Tensors
+from .record import (Call, Comparison, Generation, Operator, Output, Rotation, SweepAxes,
+                     TablePart, Tensor, TensorPlan, Tensors)
 from .rope_records import PAIRING, cos_fits, parse_pattern, table_positions
 from .sampling import ROPE_VENDOR, draw, draw_tables, dtype_max
 
@@ -109,11 +109,12 @@ def _describe(call: Call) -> dict:
 INTERLEAVE_ROPE = Operator(
     id="interleave_rope", aclnn="aclnnInterleaveRope", title="InterleaveRope",
     spec=interleave_rope,
-    tensors=Tensors(inputs=(Tensor("x", "x", "data"), Tensor("cos", "cos", "table"),
-                            Tensor("sin", "sin", "table")),
+    tensors=Tensors(inputs=(Tensor("x", "x", "data", LAYOUT), Tensor("cos", "cos", "table", LAYOUT),
+                            Tensor("sin", "sin", "table", LAYOUT)),
                     outputs=(Output("y", "y", axes=LAYOUT),)),
     sweep=_sweep(),
     generation=Generation(plan=_plan, sample=_sample, check=_check, terms=_terms,
                           socs=("A2", "A3", "950", None), describe=_describe),
-    comparison=Comparison(context=("cos", "dtype"),
-                          hypotheses=(hypotheses.exchanged("cos", "sin"), hypotheses.negated("sin"))))
+    comparison=Comparison(context=("cos", "dtype"), independent=("B", "N", "S"),
+                          rotation=Rotation(data=("x",), cos=TablePart("cos"),
+                                            sin=TablePart("sin"))))

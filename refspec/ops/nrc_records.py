@@ -17,8 +17,8 @@ from ..spec.nrc import (BACKWARD_TENSORS, FORWARD_TENSORS, NormRopeConcatGrads,
                         norm_rope_concat, norm_rope_concat_backward)
 from ..spec.nrc_checks import STREAMS, check_nrc_args
 from .axes import Axis, Shape, dist_axis, dtype_axis, enum_labels, fault_axis, flag, number, numbered, soc_axis
-from .record import (Autograd, Call, Comparison, Generation, Operator, Output, SweepAxes, Tensor,
-                     TensorPlan, Tensors, camel_case)
+from .record import (Autograd, Call, Comparison, Generation, Operator, Output, Rotation,
+                     SweepAxes, TablePart, Tensor, TensorPlan, Tensors, camel_case)
 from .sampling import NRC_VENDOR, draw, draw_tables, dtype_max
 
 __all__ = ["NRC_GRAD", "NRC", "ROPE_TYPES"]
@@ -314,12 +314,21 @@ _ATTRS = ("norm_type", "norm_added_type", "rope_type", "concat_order")
 _SOCS = ("A2", "A3", None)
 _COMPARISON = Comparison(
     context=_ATTRS + ("dtype",), ratio_level="L2",
-    hypotheses=tuple(hypotheses.other_values(a) for a in _ATTRS)
-    + (hypotheses.exchanged("rope_cos", "rope_sin"), hypotheses.negated("rope_sin", "sin")))
+    hypotheses=tuple(hypotheses.other_values(a) for a in _ATTRS), independent=("B", "N"))
+#: the letters of each input's axes by role (a gradient of an output is B, N, S, D)
+_AXES = {"data": "BSND", "grad": "BNSD", "weight": "D", "bias": "D", "stats": "BSN1",
+         "table": "SD"}
+
+
+def _rotation(data: tuple) -> Rotation:
+    """RoPE on the first Sr rows (the tables' axis 0) of the rotated tensors."""
+    return Rotation(data=data, cos=TablePart("rope_cos"), sin=TablePart("rope_sin"),
+                    extent_axis=0)
 
 
 def _tensors(names) -> tuple:
-    return tuple(Tensor(n, camel_case(n), _ROLE.get(n, "data")) for n in names)
+    return tuple(Tensor(n, camel_case(n), _ROLE.get(n, "data"), _AXES[_ROLE.get(n, "data")])
+                 for n in names)
 
 
 NRC_GRAD = Operator(
@@ -332,7 +341,8 @@ NRC_GRAD = Operator(
     sweep=_sweep(forward=False),
     generation=Generation(plan=_plan(forward=False), sample=_sample(forward=False),
                           check=_check_grad, terms=_terms_grad, socs=_SOCS),
-    comparison=replace(_COMPARISON, benchmark=_benchmark_grad),
+    comparison=replace(_COMPARISON, benchmark=_benchmark_grad,
+                       rotation=_rotation(("grad_query_output", "grad_key_output"))),
     autograd=_autograd)
 
 NRC = Operator(
@@ -345,4 +355,5 @@ NRC = Operator(
     sweep=_sweep(forward=True),
     generation=Generation(plan=_plan(forward=True), sample=_sample(forward=True),
                           check=_check, terms=_terms, socs=_SOCS),
-    comparison=replace(_COMPARISON, unattainable=_unattainable))
+    comparison=replace(_COMPARISON, unattainable=_unattainable,
+                       rotation=_rotation(("query", "key", "encoder_query", "encoder_key"))))

@@ -27,7 +27,8 @@ from ..spec.quant_dtypes import is_quant_dtype
 from .axes import Axis, Shape
 
 __all__ = ["Call", "Tensor", "Output", "TensorPlan", "Tensors", "SweepAxes", "Generation",
-           "Comparison", "Autograd", "Operator", "camel_case", "stand_ins", "check_names"]
+           "TablePart", "Rotation", "Comparison", "Autograd", "Operator", "camel_case",
+           "stand_ins", "check_names", "filled"]
 
 
 class Call(NamedTuple):
@@ -46,11 +47,15 @@ class Tensor:
     weight, bias (drawn), table (cos/sin drawn together), stats (derived from other inputs),
     index (integers the record plans: positions, cache slots), cache (a cache updated in place,
     holding sentinel values; its dtype may be an 8-bit one), scale (quantisation parameters
-    the record draws)."""
+    the record draws). ``axes``: the letters of its axes, a template
+    filled in from the case parameters like an output's (``"{layout}"``; a letter names the
+    same axis in every tensor, a tensor of size 1 along it is broadcast there), naming its last
+    axes when it has more axes than letters; "" when unnamed."""
 
     name: str
     aclnn: str
     role: str
+    axes: str = ""
 
     @property
     def is_index(self) -> bool:
@@ -166,14 +171,47 @@ class Generation:
     describe: Callable[[Call], dict] = lambda call: {}
 
 
+class TablePart(NamedTuple):
+    """A rotation table: the input ``name`` whole, or part ``chunk`` of ``chunks`` equal parts
+    of its last axis (RopeWithSinCosCache's cache: each row holds the cos values, then the
+    sin values)."""
+
+    name: str
+    chunk: int = 0
+    chunks: int = 1
+
+
+@dataclass(frozen=True)
+class Rotation:
+    """How an operator rotates, as data for the hypotheses the diagnosis generates
+    (``refspec.ops.hypotheses.generated``): the inputs it rotates (``data``: their last axis
+    holds the heads' elements, axis letter ``head``), the tables of its cos and sin terms
+    (``y = x*cos + rot(x)*sin``: the terms add, so the sin table zeroed leaves the cos term);
+    ``head_size`` the case parameter that gives one head's size when the last axis holds
+    several heads (None: it is one head); ``extent_axis`` the tables' axis along which the
+    rotated part ends and the rest passes through unrotated (RopeWithSinCosCache's rotary_dim
+    columns: -1; NormRopeConcat's Sr rows: 0; None: everything is rotated)."""
+
+    data: tuple[str, ...]
+    cos: TablePart
+    sin: TablePart
+    head: str = "D"
+    head_size: str | None = None
+    extent_axis: int | None = None
+
+
 @dataclass(frozen=True)
 class Comparison:
     """What the comparator asks of an operator: the parameters shown in the context of its
     messages, its msprobe accuracy level (the ratio standard's thresholds), the
     same-precision float32 kernel of the ratio standard (``benchmark(call)``: {output: float32
-    result}), if it has one, ``unattainable(call)`` (below), and the ``hypotheses`` the
-    diagnosis of a failing output tries (``refspec.ops.hypotheses``: what a kernel with one
-    particular mistake computes, each a function ``(record, call, params) -> [Variant]``)."""
+    result}), if it has one, ``unattainable(call)`` (below), and the ``hypotheses`` of its own
+    the diagnosis of a failing output tries besides those it generates for every operator
+    from the tensors' declarations (``refspec.ops.hypotheses``: what a kernel with one
+    particular mistake computes, each a function ``(record, call, params) -> [Variant]``);
+    ``independent`` the axis letters along which each index is computed on its own (a batch, a
+    head, a token: a slice of a case along them is a case of its own, on which the diagnosis
+    evaluates its hypotheses), ``rotation`` how it rotates (None: it does not)."""
 
     context: tuple[str, ...] = ("dtype",)
     ratio_level: str = "L0"
@@ -182,6 +220,8 @@ class Comparison:
     #: device dtypes) cannot attain a call's goldens, "" when it can (None: it always can)
     unattainable: Callable[[Call], str] | None = None
     hypotheses: tuple[Callable, ...] = ()
+    independent: tuple[str, ...] = ()
+    rotation: Rotation | None = None
 
 
 class Autograd(NamedTuple):
@@ -310,10 +350,11 @@ class Operator:
 
     def output_axes(self, params: dict, name: str) -> str:
         """The axis letters of an output of a case (its template filled in)."""
-        template = next((o.axes for o in self.outputs if o.name == name), "")
-        if callable(template):
-            return template(params)
-        return string.Formatter().vformat(template, (), _Blank(params))
+        return filled(next((o.axes for o in self.outputs if o.name == name), ""), params)
+
+    def input_axes(self, params: dict, name: str) -> str:
+        """The axis letters of an input of a case (its template filled in)."""
+        return filled(next((t.axes for t in self.inputs if t.name == name), ""), params)
 
     def output_dtype(self, name: str, dtype, inputs: dict | None = None) -> np.dtype:
         """The dtype an output is stored in, for a case of ``dtype`` (an output updated in place:
@@ -427,6 +468,14 @@ class Operator:
 
     def __repr__(self) -> str:
         return f"<Operator {self.id}: {self.function} ({self.aclnn})>"
+
+
+def filled(template, params: dict) -> str:
+    """An axes template with the case parameters it names filled in (absent ones empty); a
+    callable template is called with the parameters."""
+    if callable(template):
+        return template(params)
+    return string.Formatter().vformat(template, (), _Blank(params))
 
 
 def _read(axis: Axis, value):

@@ -18,7 +18,8 @@ from ..spec.dtypes import resolve_dtype
 from ..spec.rope_cache import rope_with_sin_cos_cache, rope_with_sin_cos_cache_terms
 from ..spec.rope_cache_checks import check_rope_cache_args
 from .axes import Axis, Shape, choice, dist_axis, dtype_axis, fault_axis, soc_axis
-from .record import Call, Comparison, Generation, Operator, Output, SweepAxes, Tensor, TensorPlan, Tensors
+from .record import (Call, Comparison, Generation, Operator, Output, Rotation, SweepAxes,
+                     TablePart, Tensor, TensorPlan, Tensors)
 from .sampling import ROPE_VENDOR, draw, draw_tables, dtype_max, stream
 
 __all__ = ["ROPE_CACHE", "POSITIONS", "STYLES"]
@@ -155,12 +156,17 @@ ROPE_CACHE = Operator(
     id="rope_cache", aclnn="aclnnRopeWithSinCosCache", title="RopeWithSinCosCache",
     spec=rope_with_sin_cos_cache,
     tensors=Tensors(
-        inputs=(Tensor("positions", "positions", "index"), Tensor("query", "queryIn", "data"),
-                Tensor("key", "keyIn", "data"), Tensor("cos_sin_cache", "cosSinCache", "table")),
+        inputs=(Tensor("positions", "positions", "index", "T"),
+                Tensor("query", "queryIn", "data", "TD"), Tensor("key", "keyIn", "data", "TD"),
+                Tensor("cos_sin_cache", "cosSinCache", "table", "MR")),
         outputs=(Output("query_out", "queryOut", axes="TD"),
                  Output("key_out", "keyOut", axes="TD"))),
     sweep=_sweep(),
     generation=Generation(plan=_plan, sample=_sample, check=_check, terms=_terms,
                           socs=("A2", "A3", None)),
     comparison=Comparison(context=("style", "mrope", "head_size", "dtype"),
-                          hypotheses=(hypotheses.other_values("style"),)))
+                          hypotheses=(hypotheses.other_values("style"),), independent=("T",),
+                          rotation=Rotation(data=("query", "key"),
+                                            cos=TablePart("cos_sin_cache", 0, 2),
+                                            sin=TablePart("cos_sin_cache", 1, 2),
+                                            head_size="head_size", extent_axis=-1)))

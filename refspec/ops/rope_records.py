@@ -19,8 +19,8 @@ from ..spec.rope import (ROPE_BACKWARD, ROPE_FORWARD, rotary_position_embedding,
                          rotary_position_embedding_grad)
 from ..spec.rope_checks import check_rope_args
 from .axes import Axis, Shape, choice, dist_axis, dtype_axis, enum_labels, fault_axis, flag, soc_axis
-from .record import (Autograd, Call, Comparison, Generation, Operator, Output, SweepAxes, Tensor,
-                     TensorPlan, Tensors)
+from .record import (Autograd, Call, Comparison, Generation, Operator, Output, Rotation,
+                     SweepAxes, TablePart, Tensor, TensorPlan, Tensors)
 from .sampling import ROPE_VENDOR, draw, draw_tables, dtype_max, stream
 
 __all__ = ["ROPE_GRAD", "ROPE", "MODES", "PAIRING", "cos_fits", "parse_pattern", "table_positions"]
@@ -278,36 +278,42 @@ def _reread_shape(name: str, call: Call, p: dict, layout: str) -> tuple | None:
     return tuple(sizes[letter] for letter in layout)
 
 
-_HYPOTHESES = (hypotheses.other_values("mode"), hypotheses.exchanged("cos", "sin"),
-               hypotheses.negated("sin"), hypotheses.reread_layout("layout", _reread_shape))
+_HYPOTHESES = (hypotheses.other_values("mode"), hypotheses.reread_layout("layout", _reread_shape))
 _COMPARISON = Comparison(context=("mode", "layout", "cos", "dtype"), ratio_level="L0",
-                         hypotheses=_HYPOTHESES)
+                         hypotheses=_HYPOTHESES, independent=("B", "N", "S", "T"))
+
+
+def _rotation(data: tuple) -> Rotation:
+    return Rotation(data=data, cos=TablePart("cos"), sin=TablePart("sin"))
+
+
+def _tensor(name: str, role: str) -> Tensor:
+    return Tensor(name, name, role, axes="{layout}")
 
 ROPE_GRAD = Operator(
     id="rope_grad", aclnn="aclnnRotaryPositionEmbeddingGrad", title="RotaryPositionEmbeddingGrad",
     spec=rotary_position_embedding_grad,
     tensors=Tensors(
-        inputs=(Tensor("dy", "dy", "grad"), Tensor("cos", "cos", "table"),
-                Tensor("sin", "sin", "table"), Tensor("x", "x", "data")),
+        inputs=(_tensor("dy", "grad"), _tensor("cos", "table"), _tensor("sin", "table"),
+                _tensor("x", "data")),
         outputs=tuple(Output(n, n, axes="{layout}") for n in ("dx", "dcos", "dsin")),
         aliases=_ALIASES),
     sweep=_sweep(grad=True),
     generation=Generation(plan=_plan(grad=True), sample=_sample(grad=True),
                           check=_check(grad=True), terms=_terms_grad, socs=_SOCS,
                           describe=_describe(grad=True)),
-    comparison=replace(_COMPARISON, benchmark=_benchmark(grad=True), hypotheses=_HYPOTHESES + (
-        hypotheses.fewer_reduced(("dy", "x"), "cos", lambda p: p["layout"]),)),
+    comparison=replace(_COMPARISON, benchmark=_benchmark(grad=True),
+                       rotation=_rotation(("dy", "x"))),
     autograd=_autograd)
 
 ROPE = Operator(
     id="rope", aclnn="aclnnRotaryPositionEmbedding", title="RotaryPositionEmbedding",
     spec=rotary_position_embedding,
     tensors=Tensors(
-        inputs=(Tensor("x", "x", "data"), Tensor("cos", "cos", "table"),
-                Tensor("sin", "sin", "table")),
+        inputs=(_tensor("x", "data"), _tensor("cos", "table"), _tensor("sin", "table")),
         outputs=(Output("y", "y", axes="{layout}"),), aliases=_ALIASES),
     sweep=_sweep(grad=False),
     generation=Generation(plan=_plan(grad=False), sample=_sample(grad=False),
                           check=_check(grad=False), terms=_terms, socs=_SOCS,
                           describe=_describe(grad=False)),
-    comparison=replace(_COMPARISON, benchmark=_benchmark(grad=False)))
+    comparison=replace(_COMPARISON, benchmark=_benchmark(grad=False), rotation=_rotation(("x",))))

@@ -136,9 +136,10 @@ def plan(shape, dims, target: int = BLOCK_ELEMENTS) -> Plan:
 class Reduction:
     """One ``sum(t, dims)`` output assembled from the blocks of a ``Plan``."""
 
-    def __init__(self, p: Plan, dtype=np.float64):
+    def __init__(self, p: Plan, dtype=np.float64, sum_dtype=None):
         self.plan = p
         self.out = np.empty(p.partial_shape, dtype)
+        self.sum_dtype = sum_dtype
 
     def put(self, index: tuple, value: np.ndarray) -> None:
         """Store the sums (kept dimensions) that the formula returned for block ``index``."""
@@ -147,7 +148,7 @@ class Reduction:
     def result(self) -> np.ndarray:
         if self.plan.cut is None:
             return self.out
-        return sum_to_shape(self.out, self.plan.reduced_shape)
+        return sum_to_shape(self.out, self.plan.reduced_shape, self.sum_dtype)
 
 
 def table_index(index: tuple, dims: tuple) -> tuple:
@@ -156,7 +157,7 @@ def table_index(index: tuple, dims: tuple) -> tuple:
 
 
 def by_blocks(formula, primary, tables, extra=None, reduced=(False,), target: int = BLOCK_ELEMENTS,
-              dtypes=None):
+              dtypes=None, sum_dtype=None):
     """``formula(primary, *tables[, extra])`` on float64 blocks, bit for bit the same as on the
     whole arrays.
 
@@ -169,6 +170,9 @@ def by_blocks(formula, primary, tables, extra=None, reduced=(False,), target: in
     ``dtypes`` (one per output, full-shape outputs only) rounds each block's values once with
     ``round_to`` into an output of that dtype: rounding is elementwise, so these are the bits of
     the whole float64 result rounded, without holding that result in memory.
+
+    ``sum_dtype`` (``refspec.spec.reduce``: every partial sum rounded to that dtype) is passed
+    to the formula as its keyword ``sum_dtype`` and rounds the blocks' partial sums the same way.
     """
     full = tuple(primary.shape)
     dims = broadcast_dims(full, tuple(tables[0].shape))
@@ -180,11 +184,12 @@ def by_blocks(formula, primary, tables, extra=None, reduced=(False,), target: in
         args = [to_float64(primary[index])] + [t[tix] for t in wide]
         if extra is not None:
             args.append(to_float64(extra[index]))
-        res = formula(*args)
+        res = formula(*args) if sum_dtype is None else formula(*args, sum_dtype=sum_dtype)
         res = res if isinstance(res, tuple) else (res,)
         if outs is None:
             kinds = (np.float64,) * len(res) if dtypes is None else dtypes
-            outs = [None if r is None else (Reduction(p) if red else np.empty(full, dt))
+            outs = [None if r is None else (Reduction(p, sum_dtype=sum_dtype) if red
+                                            else np.empty(full, dt))
                     for r, red, dt in zip(res, reduced, kinds)]
         for o, r, red in zip(outs, res, reduced):
             if o is None:

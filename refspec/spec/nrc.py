@@ -166,21 +166,22 @@ def bnsd_to_bsnd(t):
     return t.transpose(0, 2, 1, 3)
 
 
-def layer_norm_backward(g, x, mean, rstd, norm_type, weight=None):
+def layer_norm_backward(g, x, mean, rstd, norm_type, weight=None, sum_dtype=None):
     """Step 3: LayerNorm backward with the given mean and rstd; returns (dx, dweight, dbias).
 
     ``xhat = (x - mean)*rstd``; type 2: ``dbias = sum_BSN g``, ``dweight = sum_BSN g*xhat``,
     ``gw = g*weight``; type 1: ``gw = g``; ``dx = rstd*(gw - mean_D(gw) - xhat*mean_D(gw*xhat))``;
     type 0: ``dx = g``.
-    The sums over B, S, N add in the order of ``refspec.spec.reduce.sum_rows``.
+    The sums over B, S, N add in the order of ``refspec.spec.reduce.sum_rows`` (``sum_dtype``:
+    each partial sum rounded to that dtype).
     """
     if norm_type == NormType.NONE:
         return g, None, None                                      # type 0: dx = g'
     xhat = (x - mean) * rstd                                      # xhat = (x - mean)*rstd
     dweight = dbias = None
     if norm_type == NormType.AFFINE_LAYER_NORM:
-        dbias = sum_rows(g)                                       # dbias = sum over B, S, N of g'
-        dweight = sum_rows(g * xhat)                              # dweight = sum over B, S, N of g'*xhat
+        dbias = sum_rows(g, sum_dtype)                            # dbias = sum over B, S, N of g'
+        dweight = sum_rows(g * xhat, sum_dtype)                   # dweight = sum over B, S, N of g'*xhat
         gw = g * weight                                           # gw = g'*weight
     else:
         gw = g                                                    # type 1: gw = g'
@@ -224,7 +225,7 @@ def upstream_rows(t: dict, a: dict, stream: str, rows: tuple, work=np.float64, s
     return np.ascontiguousarray(bnsd_to_bsnd(g))                             # step 1: back to BSND
 
 
-def stream_gradients(t: dict, a: dict, stream: str, work=np.float64) -> dict:
+def stream_gradients(t: dict, a: dict, stream: str, work=np.float64, sum_dtype=None) -> dict:
     """Steps 1-3 for one stream, row block by row block: ``grad_<stream>`` and, for the affine
     LayerNorm, the stream's weight and bias gradients (None where not produced; zeros for an
     absent stream, whose sums have no terms)."""
@@ -238,13 +239,15 @@ def stream_gradients(t: dict, a: dict, stream: str, work=np.float64) -> dict:
         return dict(zip(names, (None, zeros, zeros)))
     plan = blocks.plan(x.shape, (0, 1, 2))
     dx = np.empty(x.shape, work)
-    sums = (blocks.Reduction(plan, work), blocks.Reduction(plan, work)) if affine else ()
+    sums = (blocks.Reduction(plan, work, sum_dtype),
+            blocks.Reduction(plan, work, sum_dtype)) if affine else ()
     w = _wide(t[weight], work) if affine else None
     for rows in plan.blocks:
         g = upstream_rows(t, a, stream, rows, work)                              # steps 1, 2
         stats = (None, None) if norm == NormType.NONE else (_wide(t[mean][rows], work),
                                                             _wide(t[rstd][rows], work))
-        dx[rows], dweight, dbias = layer_norm_backward(g, _wide(x[rows], work), *stats, norm, w)  # step 3
+        dx[rows], dweight, dbias = layer_norm_backward(g, _wide(x[rows], work), *stats, norm, w,
+                                                       sum_dtype)                 # step 3
         for total, part in zip(sums, (dweight, dbias)):
             total.put(rows, part.reshape(1, 1, 1, -1))
     out = [dx] + [total.result().reshape(-1) for total in sums]
@@ -328,13 +331,14 @@ def backward_args(tensors: dict, attrs: dict, soc=None):
     return arrays, a, arrays["grad_query_output"].dtype
 
 
-def backward_exact(t: dict, a: dict, work=np.float64) -> dict:
+def backward_exact(t: dict, a: dict, work=np.float64, sum_dtype=None) -> dict:
     """The backward dataflow (docs/norm_rope_concat.md §2) on validated arrays ``t`` and
-    attributes ``a``, computed in ``work`` (float64: the exact values): the gradients by output
-    name, None where not produced."""
+    attributes ``a``, computed in ``work`` (float64: the exact values), the sums over B, S, N
+    accumulated in ``sum_dtype`` (None: ``work``): the gradients by output name, None where not
+    produced."""
     grads = value_gradients(t, a, work)                                          # step 4
     for stream in STREAMS:                                                        # steps 1-3
-        grads.update(stream_gradients(t, a, stream, work))
+        grads.update(stream_gradients(t, a, stream, work, sum_dtype))
     return {name: grads[name] for name in NormRopeConcatGrads._fields}
 
 
@@ -346,9 +350,12 @@ def norm_rope_concat_backward(grad_query_output, grad_key_output, grad_value_out
                               norm_added_query_rstd=None, norm_added_key_weight=None,
                               norm_added_key_mean=None, norm_added_key_rstd=None,
                               rope_sin=None, rope_cos=None, norm_type=0, norm_added_type=0,
-                              rope_type=0, concat_order=0, *, soc=None, out_dtype=None):
+                              rope_type=0, concat_order=0, *, soc=None, out_dtype=None,
+                              sum_dtype=None):
     """NormRopeConcatBackward (docs/norm_rope_concat.md §2): split, RoPE backward, LayerNorm
-    backward with the given mean and rstd, value gradients as exact copies.
+    backward with the given mean and rstd, value gradients as exact copies. ``sum_dtype`` (None:
+    exact) rounds every partial sum of the weight and bias gradients to that dtype in the stated
+    order (``refspec.spec.reduce``): what a kernel accumulating in it computes.
 
     Returns ``NormRopeConcatGrads`` in gradQueryOutput's dtype (or ``out_dtype``).
     """
@@ -368,5 +375,5 @@ def norm_rope_concat_backward(grad_query_output, grad_key_output, grad_value_out
     attrs = dict(norm_type=norm_type, norm_added_type=norm_added_type, rope_type=rope_type,
                  concat_order=concat_order)
     t, a, T = backward_args(tensors, attrs, soc)
-    grads = backward_exact(t, a)
+    grads = backward_exact(t, a, sum_dtype=sum_dtype)
     return NormRopeConcatGrads(**_round_all(grads, dict.fromkeys(grads, T), out_dtype))

@@ -13,6 +13,11 @@ order (docs/rope.md, "The order of a sum"):
 The order depends on nothing but the number of terms, so a sum taken over aligned blocks of
 2^k terms and then over the blocks' results adds in exactly the same order as the sum over
 all terms at once (``refspec.spec.blocks`` relies on this).
+
+``sum_dtype`` (None: the terms' own dtype, float64 in the spec) rounds every partial sum, in
+this order, once to nearest-even in that dtype (float32, float16, bfloat16): the sum a kernel
+accumulating in that dtype computes, which the comparator's diagnosis evaluates to say whether
+a kernel's errors have the size of such an accumulation (docs/compare.md, "Diagnosis").
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from __future__ import annotations
 from math import prod
 
 import numpy as np
+
+from .dtypes import resolve_dtype, round_to
 
 __all__ = ["broadcast_dims", "reduced_terms", "tree_sum", "sum_to_shape", "sum_rows"]
 
@@ -35,9 +42,11 @@ def reduced_terms(full_shape: tuple[int, ...], shape: tuple[int, ...]) -> int:
     return prod(full_shape[i] for i in broadcast_dims(full_shape, shape))
 
 
-def tree_sum(t: np.ndarray, axis: int) -> np.ndarray:
-    """Sum over ``axis`` by pairwise halving, keeping the axis with size 1 (+0 for no terms)."""
+def tree_sum(t: np.ndarray, axis: int, sum_dtype=None) -> np.ndarray:
+    """Sum over ``axis`` by pairwise halving, keeping the axis with size 1 (+0 for no terms);
+    ``sum_dtype``: each partial sum rounded to that dtype (module docstring)."""
     t = np.asarray(t)
+    narrow = None if sum_dtype is None else resolve_dtype(sum_dtype)
     n = t.shape[axis]
     if n == 0:
         shape = list(t.shape)
@@ -47,22 +56,24 @@ def tree_sum(t: np.ndarray, axis: int) -> np.ndarray:
     while n > 1:
         h = n // 2
         pairs = t[lead + (slice(0, 2 * h, 2),)] + t[lead + (slice(1, 2 * h, 2),)]
+        if narrow is not None:
+            pairs = round_to(pairs, narrow).astype(t.dtype)
         if n % 2:                                        # the odd last term is carried
             pairs = np.concatenate((pairs, t[lead + (slice(n - 1, n),)]), axis=axis)
         t, n = pairs, h + n % 2
     return t
 
 
-def sum_to_shape(t: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+def sum_to_shape(t: np.ndarray, shape: tuple[int, ...], sum_dtype=None) -> np.ndarray:
     """``sum(t, dims)`` keeping dims, so the result has exactly ``shape``; the axes of dims are
-    summed innermost first, each by ``tree_sum``."""
+    summed innermost first, each by ``tree_sum`` (``sum_dtype``: see the module docstring)."""
     for axis in reversed(broadcast_dims(t.shape, tuple(shape))):
-        t = tree_sum(t, axis)
+        t = tree_sum(t, axis, sum_dtype)
     return t
 
 
-def sum_rows(t: np.ndarray) -> np.ndarray:
+def sum_rows(t: np.ndarray, sum_dtype=None) -> np.ndarray:
     """The sum over every axis but the last (``sum over B, S, N`` of the LayerNorm weight and
     bias gradients), in the order of ``sum_to_shape``; shape ``(D,)``."""
     t = np.asarray(t)
-    return sum_to_shape(t, (1,) * (t.ndim - 1) + t.shape[-1:]).reshape(t.shape[-1:])
+    return sum_to_shape(t, (1,) * (t.ndim - 1) + t.shape[-1:], sum_dtype).reshape(t.shape[-1:])

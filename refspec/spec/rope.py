@@ -93,7 +93,7 @@ def rope_interleave_half(x, cos, sin):
 
 # --- backward, per mode (docs/rope.md §3: the vendor document's formulas) -------------------
 
-def rope_grad_half(dy, cos, sin, x=None):
+def rope_grad_half(dy, cos, sin, x=None, sum_dtype=None):
     """mode 0: ``dx = cat(cos1*dy1 + sin2*dy2, cos2*dy2 - sin1*dy1)``; ``dcos = sum(dy*x, dims)``;
     ``dsin = sum(dy*cat(-x2, x1), dims)``."""
     dy1, dy2 = chunk(dy, 2)                                  # dy1, dy2 = chunk(dy, 2)
@@ -103,12 +103,12 @@ def rope_grad_half(dy, cos, sin, x=None):
     if x is None:
         return dx, None, None
     x1, x2 = chunk(x, 2)                                     # x1, x2 = chunk(x, 2)
-    dcos = sum_to_shape(dy * x, cos.shape)                   # dcos = sum(dy*x, dims)
-    dsin = sum_to_shape(dy * cat(-x2, x1), cos.shape)        # dsin = sum(dy*cat(-x2, x1), dims)
+    dcos = sum_to_shape(dy * x, cos.shape, sum_dtype)        # dcos = sum(dy*x, dims)
+    dsin = sum_to_shape(dy * cat(-x2, x1), cos.shape, sum_dtype)  # dsin = sum(dy*cat(-x2, x1), dims)
     return dx, dcos, dsin
 
 
-def rope_grad_interleave(dy, cos, sin, x=None):
+def rope_grad_interleave(dy, cos, sin, x=None, sum_dtype=None):
     """mode 1: ``dx = stack(cos1*dy1 + sin2*dy2, cos2*dy2 - sin1*dy1).reshape(dy.shape)`` with
     even/odd splits; ``dcos = sum(dy*x, dims)``; ``dsin = sum(dy*stack(-x2, x1).reshape, dims)``."""
     dy1, dy2 = even(dy), odd(dy)                             # dy1, dy2 = dy[..., ::2], dy[..., 1::2]
@@ -118,12 +118,12 @@ def rope_grad_interleave(dy, cos, sin, x=None):
     if x is None:
         return dx, None, None
     x1, x2 = even(x), odd(x)                                 # x1, x2 = x[..., ::2], x[..., 1::2]
-    dcos = sum_to_shape(dy * x, cos.shape)                   # dcos = sum(dy*x, dims)
-    dsin = sum_to_shape(dy * stack_pairs(-x2, x1), cos.shape)    # dsin = sum(dy*stack(-x2, x1), dims)
+    dcos = sum_to_shape(dy * x, cos.shape, sum_dtype)        # dcos = sum(dy*x, dims)
+    dsin = sum_to_shape(dy * stack_pairs(-x2, x1), cos.shape, sum_dtype)  # dsin = sum(dy*stack(-x2, x1), dims)
     return dx, dcos, dsin
 
 
-def rope_grad_quarter(dy, cos, sin, x=None):
+def rope_grad_quarter(dy, cos, sin, x=None, sum_dtype=None):
     """mode 2: ``dx = cat(cos1*dy1 + sin2*dy2, cos2*dy2 - sin1*dy1, cos3*dy3 + sin4*dy4,
     cos4*dy4 - sin3*dy3)``; ``dcos = sum(dy*x, dims)``; ``dsin = sum(dy*cat(-x2, x1, -x4, x3), dims)``."""
     dy1, dy2, dy3, dy4 = chunk(dy, 4)                        # dy1..dy4 = chunk(dy, 4)
@@ -134,12 +134,12 @@ def rope_grad_quarter(dy, cos, sin, x=None):
     if x is None:
         return dx, None, None
     x1, x2, x3, x4 = chunk(x, 4)                             # x1..x4 = chunk(x, 4)
-    dcos = sum_to_shape(dy * x, cos.shape)                   # dcos = sum(dy*x, dims)
-    dsin = sum_to_shape(dy * cat(-x2, x1, -x4, x3), cos.shape)   # dsin = sum(dy*cat(-x2, x1, -x4, x3), dims)
+    dcos = sum_to_shape(dy * x, cos.shape, sum_dtype)        # dcos = sum(dy*x, dims)
+    dsin = sum_to_shape(dy * cat(-x2, x1, -x4, x3), cos.shape, sum_dtype)  # dsin = sum(dy*cat(-x2, x1, -x4, x3), dims)
     return dx, dcos, dsin
 
 
-def rope_grad_interleave_half(dy, cos, sin, x=None):
+def rope_grad_interleave_half(dy, cos, sin, x=None, sum_dtype=None):
     """mode 3: halves of dy/cos/sin, even/odd of x; ``dx = stack(cos1*dy1 + sin2*dy2,
     cos2*dy2 - sin1*dy1).reshape(dy.shape)``; ``dcos = sum(dy*cat(x1, x2), dims)``;
     ``dsin = sum(dy*cat(-x2, x1), dims)``."""
@@ -150,8 +150,8 @@ def rope_grad_interleave_half(dy, cos, sin, x=None):
     if x is None:
         return dx, None, None
     x1, x2 = even(x), odd(x)                                 # x1, x2 = x[..., ::2], x[..., 1::2]
-    dcos = sum_to_shape(dy * cat(x1, x2), cos.shape)         # dcos = sum(dy*cat(x1, x2), dims)
-    dsin = sum_to_shape(dy * cat(-x2, x1), cos.shape)        # dsin = sum(dy*cat(-x2, x1), dims)
+    dcos = sum_to_shape(dy * cat(x1, x2), cos.shape, sum_dtype)  # dcos = sum(dy*cat(x1, x2), dims)
+    dsin = sum_to_shape(dy * cat(-x2, x1), cos.shape, sum_dtype)  # dsin = sum(dy*cat(-x2, x1), dims)
     return dx, dcos, dsin
 
 
@@ -187,15 +187,18 @@ def rotary_position_embedding(x, cos, sin, mode=0, *, soc=None, out_dtype=None):
     return round_to(y, output_dtype(args.primary.dtype, out_dtype))
 
 
-def rotary_position_embedding_grad(dy, cos, sin, x=None, mode=0, *, soc=None, out_dtype=None):
+def rotary_position_embedding_grad(dy, cos, sin, x=None, mode=0, *, soc=None, out_dtype=None,
+                                   sum_dtype=None):
     """RotaryPositionEmbeddingGrad: ``(dx, dcos, dsin)`` (docs/rope.md, Parameters, §2-§3).
 
     ``dx`` has dy's shape; ``dcos``/``dsin`` have cos's shape and are None when ``x`` (the
     optional xOptional) is absent. Outputs are in dy's dtype unless ``out_dtype`` says otherwise.
+    ``sum_dtype`` (None: exact) rounds every partial sum of dcos and dsin to that dtype in the
+    stated order (``refspec.spec.reduce``): what a kernel accumulating in it computes.
     """
     out_dtype = check_out_dtype(out_dtype, "rotary_position_embedding_grad")
     args = check_rope_args("rotary_position_embedding_grad", "dy", dy, cos, sin, x, mode, soc)
     outs = by_blocks(ROPE_BACKWARD[RopeMode(args.mode)], args.primary, (args.cos, args.sin),
-                     args.x, reduced=(False, True, True))
+                     args.x, reduced=(False, True, True), sum_dtype=sum_dtype)
     dtype = output_dtype(args.primary.dtype, out_dtype)
     return tuple(None if o is None else round_to(o, dtype) for o in outs)

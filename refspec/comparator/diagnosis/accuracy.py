@@ -1,23 +1,51 @@
 """Accuracy findings (docs/compare.md, "Diagnosis"): every failing element within what
-rounding in the output's dtype can do (``precision``); the exact value rounded another way
-(``rounding``); the bits of the other 16-bit dtype (``dtype``)."""
+rounding in the output's dtype can do (``precision``), or errors beyond that which have the size
+of a narrower arithmetic, evaluated by the spec (``precision`` with its ``cause``); the exact
+value rounded another way (``rounding``); the bits of the other 16-bit dtype (``dtype``)."""
 
 from __future__ import annotations
+
+from itertools import groupby
 
 import numpy as np
 
 from ...spec.dtypes import resolve_dtype, round_to
+from ...spec.errors import AclnnError
 from ..judging.floatinfo import bits_of, float_info, ulp_at
 from ..judging.twins import read_as_twin
-from .findings import EXPLAINS, PRECISION_FACTOR, Finding, Subject, share
+from .candidates import (copies, fills, hypotheses, multiples, own_hypotheses, permutations,
+                         twins)
+from .findings import (EXPLAINS, PRECISION_FACTOR, SPEC_BUDGET, SPEC_ELEMENTS, Finding,
+                       Subject, share)
 
-__all__ = ["precision", "roundings", "twin_dtype"]
+__all__ = ["precision", "arithmetic_cause", "roundings", "twin_dtype", "NARROWER",
+           "SIZE_FACTOR", "BEYOND_ONE_ROUNDING", "ROUNDING_LIKE", "EQUALLY_GOOD"]
+
+#: the dtypes a kernel may accumulate in or read its inputs through
+NARROWER = ("bfloat16", "float16", "float32")
+#: a cause explains the errors' size when the kernel's RMS error and its largest error are each
+#: within this factor of the cause's
+SIZE_FACTOR = 3.0
+#: a cause is sought only when the kernel's RMS error is at least this many times that of the
+#: golden rounded once to the output dtype (a kernel computing in that dtype stays below it)
+BEYOND_ONE_ROUNDING = 4.0
+#: errors look like rounding when every failing element is within this fraction of the
+#: magnitude of its terms (S, or |g|)
+ROUNDING_LIKE = 2.0 ** -2
+#: what the kernel may have written instead: an arithmetic cause is named only when none of
+#: these explains the failing elements (a small logic error can have a rounding's size)
+LOGIC = (twins, fills, copies, multiples, own_hypotheses, permutations, hypotheses)
+#: causes whose score (the sum of |log| of the two size ratios) is within this of the best are
+#: equally good; the first of them (the simplest) is named
+EQUALLY_GOOD = 0.3
 
 
 def precision(s: Subject, fail: np.ndarray) -> Finding | None:
     """Every failing element within ``PRECISION_FACTOR`` times what rounding in the output's
     dtype allows: half an ulp of the result plus (K + 2) roundings of the sum of |terms| (S; |g|
-    when none is known)."""
+    when none is known); a 16-bit kernel's own arithmetic stays within it. Beyond it, when the
+    errors still look like rounding (within ``ROUNDING_LIKE`` of their terms), the narrower
+    arithmetic that explains their size (``arithmetic_cause``), if one does."""
     a, g = s.a[fail], s.g[fail]
     if not (np.isfinite(a).all() and np.isfinite(g).all()):
         return None
@@ -27,7 +55,7 @@ def precision(s: Subject, fail: np.ndarray) -> Finding | None:
     bound = PRECISION_FACTOR * (ulp_at(np.abs(g), info) / 2 + ((s.K or 0) + 2) * u * scale)
     err = np.abs(a - g)
     if not (err <= bound).all():
-        return None
+        return arithmetic_cause(s, fail) if (err <= ROUNDING_LIKE * scale).all() else None
     ulps = err / ulp_at(np.abs(g), info)
     worst = float(ulps.max())
     of_bound = float((err / bound).max()) * PRECISION_FACTOR
@@ -37,6 +65,131 @@ def precision(s: Subject, fail: np.ndarray) -> Finding | None:
                    f"{of_bound:.2g}x the rounding error of {s.dtype} arithmetic on their terms",
                    1.0, {"worst_ulps": worst, "of_arithmetic_bound": of_bound,
                          "failing": n, "terms": "sum_abs" if s.S is not None else "golden"})
+
+
+def arithmetic_cause(s: Subject, fail: np.ndarray) -> Finding | None:
+    """Errors beyond one rounding of the output dtype, of the size a narrower arithmetic gives:
+    the case (or the slice of it the elements read belong to: ``Subject.inputs``) evaluated by
+    the spec with the documented sums accumulated in a narrower dtype (the spec's
+    ``sum_dtype``: every partial sum rounded, in the stated order) or with inputs read through
+    one (an input, the inputs of one shape, all of them), rounded to the output dtype, as many
+    causes as ``SPEC_BUDGET`` input elements allow. Sought only when the kernel's RMS error is
+    at least ``BEYOND_ONE_ROUNDING`` times that of the golden rounded once; a cause's errors
+    must be beyond one rounding too, and its RMS and largest error each within ``SIZE_FACTOR``
+    of the kernel's. Inputs read through a dtype give the kernel's own numbers, so such a cause
+    also needs the failing elements to agree with its values (``EXPLAINS`` of them, by the
+    case's standard); for the sums only the errors' size is compared (a kernel adds in its own
+    order). A cause the values agree with is preferred; of the others within ``EQUALLY_GOOD`` of
+    the closest size, the first in the order above (the simplest) is named. Errors of the same
+    size from arithmetic not evaluated here (products rounded before the sum, noise) get no
+    cause. No cause is named when one of ``LOGIC`` explains the failing elements."""
+    record, inputs = s.record, s.inputs
+    if record is None or inputs is None:
+        return None
+    cost = sum(int(np.size(v)) for v in inputs.values() if v is not None)
+    if cost > SPEC_ELEMENTS:
+        return None
+    dt = resolve_dtype(s.dtype)
+    mine = _sizes(np.abs(s.a - s.g))
+    once = _sizes(np.abs(round_to(s.g, dt).astype(np.float64) - s.g))
+    if mine[0] < BEYOND_ONE_ROUNDING * once[0]:
+        return None
+    found = []
+    for i, (cause, what, detail, call) in enumerate(_causes(record.call_of(s.params, inputs), dt)):
+        if (i + 1) * cost > SPEC_BUDGET:
+            break
+        values = _spec_output(record, call, s.name, s.g.size)
+        if values is None:
+            continue
+        theirs = _sizes(np.abs(values - s.g))
+        if theirs[0] <= 1.5 * once[0] or not np.isfinite(theirs).all():
+            continue                    # no more than one rounding of the output: no cause
+        ratios = mine / np.maximum(theirs, np.finfo(float).tiny)
+        if (ratios > SIZE_FACTOR).any() or (ratios < 1 / SIZE_FACTOR).any():
+            continue
+        agree = float(s.agree(values)[fail].mean())
+        if "inputs" in detail and agree < EXPLAINS:
+            continue                    # inputs read through a dtype give the kernel's numbers
+        found.append((agree, float(np.abs(np.log(ratios)).sum()), cause, what, detail, theirs))
+    if not found or _logic_explains(s, fail):
+        return None
+    matched = max(f[0] for f in found)
+    if matched >= EXPLAINS:                 # the kernel's values themselves: the best match
+        found = [f for f in found if f[0] == matched]
+    least = min(f[1] for f in found)
+    agree, _, cause, what, detail, theirs = next(f for f in found if f[1] <= least + EQUALLY_GOOD)
+    info = float_info(dt)
+    worst = float((np.abs(s.a - s.g)[fail] / ulp_at(np.abs(s.g[fail]), info)).max())
+    n = int(fail.sum())
+    return Finding("precision", f"narrower arithmetic than the golden's: the {n} failing "
+                   f"elements (at most {worst:.3g} ulps of {s.dtype} off) have the size of the "
+                   f"errors {what}: RMS {mine[0]:.2g} against {theirs[0]:.2g}, largest "
+                   f"{mine[1]:.2g} against {theirs[1]:.2g} (the spec evaluated so)", 1.0,
+                   {"cause": cause, **detail, "worst_ulps": worst, "failing": n,
+                    "elements_agreeing": round(agree, 6),
+                    "rms_ratio": round(float(mine[0] / theirs[0]), 3),
+                    "largest_ratio": round(float(mine[1] / theirs[1]), 3)})
+
+
+def _logic_explains(s: Subject, fail: np.ndarray) -> bool:
+    """Whether a stage of ``LOGIC`` explains the failing elements (the spec budget it spends is
+    given back: the diagnosis that follows spends its own)."""
+    golden_agrees = 1.0 - float(fail.mean())
+    spent, tried = s.spent, s.tried
+    try:
+        return any(f.agreement >= EXPLAINS
+                   for stage in LOGIC for f in stage(s, fail, golden_agrees))
+    finally:
+        s.spent, s.tried = spent, tried
+
+
+def _sizes(err: np.ndarray) -> np.ndarray:
+    """The RMS and the largest of an error array."""
+    return np.array([float(np.sqrt(np.mean(err ** 2))), float(err.max())])
+
+
+def _bits(dtype) -> int:
+    return float_info(resolve_dtype(dtype)).mant
+
+
+def _causes(call, out_dtype):
+    """(cause, what it does, detail, spec call) for each narrower arithmetic: the sums
+    accumulated in a dtype narrower than a correct kernel's accumulator (float32; float64 for
+    float64 outputs), then the float inputs read through a dtype narrower than their own."""
+    acc = _bits(np.float64 if out_dtype == np.float64 else np.float32)
+    for name in NARROWER:
+        if _bits(name) < acc:
+            yield (f"{name} accumulation", f"of sums accumulated in {name} (in the spec's order)",
+                   {"dtype": name}, call._replace(attrs={**call.attrs, "sum_dtype": name}))
+    floats = {k: np.asarray(v) for k, v in call.inputs.items()
+              if v is not None and np.asarray(v).dtype.kind == "f" and np.size(v) > 1}
+    by_shape = sorted(floats, key=lambda k: floats[k].shape)
+    groups = [(k,) for k in floats]
+    groups += [g for g in (tuple(v) for _, v in groupby(by_shape, key=lambda k: floats[k].shape))
+               if 1 < len(g) < len(floats)]
+    groups += [tuple(floats)] if len(floats) > 1 else []
+    for name in NARROWER:
+        for group in groups:
+            if any(_bits(name) >= _bits(floats[k].dtype) for k in group):
+                continue
+            read = {k: round_to(floats[k], name).astype(floats[k].dtype) for k in group}
+            what = f"of reading {', '.join(group)} through {name}"
+            yield (f"inputs read as {name}", what, {"dtype": name, "inputs": list(group)},
+                   call._replace(inputs={**call.inputs, **read}))
+
+
+def _spec_output(record, call, name: str, size: int) -> np.ndarray | None:
+    """Output ``name`` of the spec on ``call``, rounded to its dtype, as float64 in memory
+    order (None when the spec rejects the call, e.g. ``sum_dtype`` on an operator without
+    documented sums)."""
+    try:
+        with np.errstate(all="ignore"):
+            value = record.call(call).get(name)
+    except (AclnnError, ValueError, TypeError, IndexError, KeyError):
+        return None
+    if value is None or np.size(value) != size:
+        return None
+    return np.asarray(value, np.float64).reshape(-1)
 
 
 def roundings(s: Subject, fail: np.ndarray) -> list[Finding]:

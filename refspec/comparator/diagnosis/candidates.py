@@ -1,47 +1,87 @@
 """What the kernel wrote instead (docs/compare.md, "Diagnosis"): a fill (``zero``,
 ``constant``, ``nonfinite``), a ``copy`` of an input or another output, a multiple of the golden
-(``sign``, ``scale``), the golden ``permuted``, and the spec under the operator record's
-hypotheses (``alternative``, ``sign``, ``reduction``; ``refspec.ops.hypotheses``)."""
+(``sign``, ``scale``), the golden ``permuted`` (an axis, or the order of each head along D),
+and the spec under the hypotheses the record declares or adds (``alternative``, ``sign``,
+``input``, ``index``, ``reduction``, ``extent``; ``refspec.ops.hypotheses``). Each gives its
+candidate findings with the failing elements they explain; the diagnosis chooses among them."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
+from ...ops.head_orders import head_maps
+from ...ops.hypotheses import GENERATED, Variant
 from ...spec.dtypes import resolve_dtype, round_to
 from ...spec.errors import AclnnError
-from .findings import (BUDGET_SECONDS, EXPLAINS, SPEC_ELEMENTS, Finding, Subject, candidate,
-                       complete)
+from ..judging.twins import TWINS
+from .cover import explains_all
+from .findings import SPEC_BUDGET, SPEC_VARIANTS, Finding, Subject, candidate, count
 
-__all__ = ["fills", "copies", "multiples", "permutations", "hypotheses", "exact_terms"]
+__all__ = ["twins", "fills", "copies", "multiples", "permutations", "own_hypotheses", "hypotheses",
+           "spec_hypotheses", "exact_terms", "spec_values"]
+
+
+def _fill(s: Subject, fail, claims, value: float, texts: tuple, detail: dict) -> Finding:
+    """A fill's finding: the failing elements holding ``value`` (compared exactly, not by the
+    standard: a fill is no near miss); ``texts`` its summary when it holds at every failing
+    element, when it holds at some, and for a part."""
+    share = float(claims[fail].mean())
+    return Finding(kind_of(value), texts[0] if share == 1 else texts[1], share, detail,
+                   claims=claims & fail, values=np.full(s.g.shape, value), part=texts[2])
+
+
+def kind_of(value: float) -> str:
+    return "zero" if value == 0 else "constant" if np.isfinite(value) else "nonfinite"
 
 
 def fills(s: Subject, fail: np.ndarray, golden_agrees: float = 0.0) -> list[Finding]:
     """The failing elements hold 0, one constant, or NaN/Inf."""
     a = s.a[fail]
     n = a.size
-    whole = "the whole output" if fail.all() else f"{n} failing elements"
-    nonfinite = ~np.isfinite(a)
-    if nonfinite.mean() >= EXPLAINS:
+    whole = "the whole output" if fail.all() else f"{count(n)} failing elements"
+    verb = "is" if fail.all() else "are"
+    out = []
+    nonfinite = ~np.isfinite(s.a)
+    if nonfinite[fail].any():
         nan = int(np.isnan(a).sum())
         what = "NaN" if nan == n else "Inf" if nan == 0 else "NaN or Inf"
-        return [Finding("nonfinite", f"{whole} {'is' if fail.all() else 'are'} {what} where the "
-                        "golden is finite (a NaN fill, or an overflow)", float(nonfinite.mean()),
-                        {"nan": nan, "inf": int(nonfinite.sum()) - nan})]
-    zero = a == 0
-    if zero.mean() >= EXPLAINS:
-        return [Finding("zero", f"{whole} {'is' if fail.all() else 'are'} zero where the golden "
-                        "is not (never written?)", float(zero.mean()),
-                        {"all": bool((s.a == 0).all()), "elements": float((s.a == 0).mean())})]
-    values, counts = np.unique(a, return_counts=True)
-    top = int(np.argmax(counts))
-    if counts[top] / n >= EXPLAINS and n > 1:
-        c = float(values[top])
-        verb = "holds" if fail.all() else "hold"
-        return [Finding("constant", f"{whole} {verb} the constant {c:.7g} (a fill?)",
-                        float(counts[top] / n), {"value": c})]
-    return []
+        out.append(_fill(s, fail, nonfinite, np.nan,
+                         (f"{whole} {verb} {what} where the golden is finite (a NaN fill, or an "
+                          "overflow)", f"{what} where the golden is finite (a NaN fill, or an "
+                          "overflow?)", f"{{where}} {what} ({{count}}: a NaN fill, or an overflow?)"),
+                         {"nan": nan, "inf": int((~np.isfinite(a)).sum()) - nan}))
+    zero = s.a == 0
+    if zero[fail].any():
+        out.append(_fill(s, fail, zero, 0.0,
+                         (f"{whole} {verb} zero where the golden is not (never written?)",
+                          "zero where the golden is not (never written?)",
+                          "{where} zero (unwritten; {count})"),
+                         {"all": bool(zero.all()), "elements": float(zero.mean())}))
+    finite = a[np.isfinite(a) & (a != 0)]
+    if finite.size > 1:
+        values, counts = np.unique(finite, return_counts=True)
+        c = float(values[np.argmax(counts)])
+        if counts.max() > 1:
+            held = "holds" if fail.all() else "hold"
+            out.append(_fill(s, fail, s.a == c, c,
+                             (f"{whole} {held} the constant {c:.7g} (a fill?)",
+                              f"the constant {c:.7g} (a fill?)",
+                              f"{{where}} the constant {c:.7g} (a fill?; {{count}})"), {"value": c}))
+    return out
+
+
+def twins(s: Subject, fail: np.ndarray, golden_agrees: float = 0.0) -> list[Finding]:
+    """The bits of the other 16-bit dtype (``judging.twins.TWINS``): the golden rounded to it,
+    its bits read as the output's dtype, as a file or an array of the output's dtype holds
+    them when a kernel wrote the one where the other is expected."""
+    twin = TWINS.get(s.dtype)
+    if twin is None:
+        return []
+    with np.errstate(all="ignore"):
+        bits = np.ascontiguousarray(round_to(s.g, resolve_dtype(twin))).view(np.uint16)
+        values = bits.view(resolve_dtype(s.dtype)).astype(np.float64)
+    return candidate(s, fail, golden_agrees, values, "dtype", f"the bits are {twin} (was {twin} "
+                     f"written where {s.dtype} is expected?)", {"as": twin})
 
 
 def copies(s: Subject, fail: np.ndarray, golden_agrees: float) -> list[Finding]:
@@ -50,7 +90,7 @@ def copies(s: Subject, fail: np.ndarray, golden_agrees: float) -> list[Finding]:
     out = []
     for label, values in s.others.items():
         out += candidate(s, fail, golden_agrees, values, "copy", f"equal to {label}",
-                          {"of": label})
+                         {"of": label})
     return out
 
 
@@ -58,22 +98,18 @@ def multiples(s: Subject, fail: np.ndarray, golden_agrees: float) -> list[Findin
     """The golden's negative; a constant multiple of it (least squares on the failing
     elements)."""
     out = candidate(s, fail, golden_agrees, -s.g, "sign", "the golden's negative", {})
-    if out:
-        return out
     a, g = s.a[fail], s.g[fail]
     ok = np.isfinite(a) & np.isfinite(g)
     with np.errstate(all="ignore"):
         gg = float(np.dot(g[ok], g[ok]))
         c = float(np.dot(a[ok], g[ok])) / gg if gg else 0.0
-    if gg == 0:
-        return []
-    if not np.isfinite(c) or abs(c) < 1e-12 or abs(abs(c) - 1) < 1e-3:
-        return []
+    if gg == 0 or not np.isfinite(c) or abs(c) < 1e-12 or abs(abs(c) - 1) < 1e-3:
+        return out
     c = _round_factor(c)
     rounded = round_to(c * round_to(s.g, resolve_dtype(s.dtype)).astype(np.float64),
                        resolve_dtype(s.dtype)).astype(np.float64)
-    return candidate(s, fail, golden_agrees, c * s.g, "scale", f"the golden times {c:.6g}",
-                      {"factor": c}, rounded)
+    return out + candidate(s, fail, golden_agrees, c * s.g, "scale", f"the golden times {c:.6g}",
+                           {"factor": c}, rounded)
 
 
 def _round_factor(c: float) -> float:
@@ -86,94 +122,157 @@ def _round_factor(c: float) -> float:
 
 
 def permutations(s: Subject, fail: np.ndarray, golden_agrees: float) -> list[Finding]:
-    """The golden with the halves or pairs of the last axis exchanged, or an axis reversed or
-    shifted by one."""
-    if len(s.shape) == 0 or s.sampled:
-        full = None
-    else:
-        full = s.g.reshape(s.shape)
-    if full is None:
+    """The golden with an axis the elements read hold whole reversed or shifted by one, two
+    axes transposed (the whole output only), or each head along the last axis written in
+    another order: halves or pairs exchanged, pairs interleaved or de-interleaved."""
+    grid = s.grid or s.shape
+    if not grid or int(np.prod(grid)) != s.g.size:
         return []
+    full = s.g.reshape(grid)
     names = s.axis_names
-    out = []
-    D = s.shape[-1]
-    tries = []
-    if D % 2 == 0 and D > 1:
-        h = D // 2
-        tries.append((-1, "halves exchanged", np.concatenate([full[..., h:], full[..., :h]], -1)))
-        pairs = full.reshape(s.shape[:-1] + (h, 2))[..., ::-1].reshape(s.shape)
-        tries.append((-1, "pairs exchanged", pairs))
-    big = [ax for ax, size in enumerate(s.shape) if size > 1]
-    for i, ax in enumerate(big):
+    whole = [ax for ax, size in enumerate(grid) if size > 1 and size == s.shape[ax]]
+    tries = _head_orders(s, full)
+    if not s.sampled:
         tries += [(ax, "transposed with " + names[other], np.swapaxes(full, ax, other))
-                  for other in big[i + 1:]]
-    for ax in big:
-        tries.append((ax, "reversed", np.flip(full, ax)))
-        tries.append((ax, "shifted by one", np.roll(full, 1, ax)))
+                  for i, ax in enumerate(whole) for other in whole[i + 1:]]
+    for ax in whole:
+        tries += [(ax, "reversed", np.flip(full, ax)), (ax, "shifted by one", np.roll(full, 1, ax))]
+    out = []
     for ax, how, values in tries:
         name = names[ax]
         out += candidate(s, fail, golden_agrees, np.ascontiguousarray(values).reshape(-1),
-                          "permuted", f"the golden with {name.lower()} {how}",
-                          {"axis": name, "how": how})
-        if out:
-            return out
+                         "permuted", f"the golden with {name.lower()} {how}",
+                         {"axis": name, "how": how.split(" (")[0]})
+        if explains_all(s, out, fail):
+            break
+    return out
+
+
+def _head_orders(s: Subject, full: np.ndarray) -> list:
+    """(axis, how, values) of the golden's heads along the last axis in another order (each
+    head of the record's head size, and the whole axis)."""
+    D = full.shape[-1]
+    rotation = s.record.comparison.rotation if s.record is not None else None
+    h = D
+    if rotation is not None and rotation.head_size and s.params.get(rotation.head_size):
+        h = int(s.params[rotation.head_size])
+    out = []
+    for size in dict.fromkeys((h, D)):
+        if size < 2 or D % size or size % 2:
+            continue
+        maps = head_maps(size)
+        orders = {"halves exchanged": maps["halves"], "pairs exchanged": maps["pairs"],
+                  "pairs interleaved (2i takes i, 2i + 1 takes i + h/2)": maps["interleaved"],
+                  "de-interleaved (i takes 2i, i + h/2 takes 2i + 1)": maps["de-interleaved"]}
+        heads = full.reshape(full.shape[:-1] + (D // size, size))
+        within = f" within each head of {size}" if size < D else ""
+        out += [(full.ndim - 1, how + within, np.take(heads, index, axis=-1).reshape(full.shape))
+                for how, index in orders.items()]
     return out
 
 
 # --- the spec under the record's hypotheses ---------------------------------------------------
 
+def own_hypotheses(s: Subject, fail: np.ndarray, golden_agrees: float) -> list[Finding]:
+    """The record's own hypotheses (``Comparison.hypotheses``: an attribute's other values,
+    another layout's reading), evaluated by the spec (``spec_hypotheses``)."""
+    if s.record is None:
+        return []
+    return spec_hypotheses(s, fail, s.record.comparison.hypotheses)
+
+
 def hypotheses(s: Subject, fail: np.ndarray, golden_agrees: float) -> list[Finding]:
-    """Each variant of the record's hypotheses evaluated by the spec (docstring of
-    ``refspec.ops.hypotheses``), within ``BUDGET_SECONDS``."""
-    record, case = s.record, s.case
-    if record is None or case is None or not record.comparison.hypotheses or s.sampled:
+    """The hypotheses generated from the record's declarations
+    (``refspec.ops.hypotheses.GENERATED``), evaluated by the spec (``spec_hypotheses``)."""
+    return spec_hypotheses(s, fail, GENERATED)
+
+
+def spec_hypotheses(s: Subject, fail: np.ndarray, families) -> list[Finding]:
+    """Each variant of ``families`` (functions ``(record, call, params) -> [Variant]``)
+    evaluated by the spec on the inputs the elements read belong to, within ``SPEC_BUDGET`` and
+    ``SPEC_VARIANTS`` for the output; none when the spec on those inputs does not give the golden (the slice would
+    not be a case of its own). The spec's values of a variant are kept for the other outputs
+    of the case (``Subject.spec_memo``)."""
+    record = s.record
+    if record is None or s.inputs is None or not families:
         return []
-    inputs = case.input_arrays()
-    if sum(int(np.size(v)) for v in inputs.values() if v is not None) > SPEC_ELEMENTS:
+    call = record.call_of(s.params, s.inputs)
+    memo = s.spec_memo
+    values = spec_values(record, s.name, s.g.size, memo)
+    base = values(Variant("", "", {}, call), "base")
+    if base is None or not np.allclose(base, s.g, rtol=1e-9, atol=0, equal_nan=True):
         return []
-    call = record.call_of(case.params, inputs)
-    params = record.upgrade_params(case.params)
-    start, out = time.monotonic(), []
-    for hypothesis in record.comparison.hypotheses:
-        for variant in hypothesis(record, call, params):
-            if time.monotonic() - start > BUDGET_SECONDS:
+    cost = sum(int(np.size(v)) for v in s.inputs.values() if v is not None)
+    out = []
+    for family in families:
+        for i, variant in enumerate(family(record, call, s.params)):
+            s.spent += cost * (1 + len(variant.parts))
+            s.tried += 1
+            if s.spent > SPEC_BUDGET or s.tried > SPEC_VARIANTS:
                 return out
-            values = _evaluate(record, variant.call, s.name, s.g.size)
-            out += candidate(s, fail, golden_agrees, values, variant.kind, variant.summary,
-                              dict(variant.detail))
-        if any(complete(f) for f in out):
-            return out                 # this hypothesis explains every element
+            out += candidate(s, fail, 0.0, values(variant, (family, i)), variant.kind,
+                             variant.summary, dict(variant.detail))
+        if explains_all(s, out, fail):
+            return out                 # a variant of this family explains the whole output
     return out
 
 
-def _evaluate(record, call, name: str, size: int) -> np.ndarray | None:
-    """The spec's exact value of output ``name`` for a variant call, in memory order (None when
-    the spec rejects the call or gives another number of elements). A call the chip profile
-    rejects (a pattern its kernel has no plan for) is evaluated by the math-only profile: the
-    formula is what a mistaken kernel computes."""
-    result = None
+#: the spec's values kept for the other outputs of a case hold at most this many elements
+MEMO_ELEMENTS = 1 << 22
+
+
+def spec_values(record, name: str, size: int, memo: dict):
+    """A function of a ``Variant`` and its key: the spec's exact value of output ``name`` for
+    it, in memory order (its parts added, ``after`` applied), or None when the spec rejects it
+    or it gives another number of elements; each call evaluated once for all the outputs of the
+    case (``memo``, while it holds at most ``MEMO_ELEMENTS``)."""
+    results = memo.setdefault("results", {})
+
+    def one(call, key):
+        if key in results:
+            return results[key].get(name)
+        out = _evaluate(record, call)
+        held = sum(int(np.size(v)) for v in out.values()) if out else 0
+        if memo.get("elements", 0) + held <= MEMO_ELEMENTS:
+            results[key] = out or {}
+            memo["elements"] = memo.get("elements", 0) + held
+        return (out or {}).get(name)
+
+    def values(variant: Variant, key):
+        value = one(variant.call, key)
+        for j, (coefficient, call) in enumerate(variant.parts):
+            other = one(call, (key, j))
+            if value is None or other is None or np.shape(other) != np.shape(value):
+                return None
+            value = value + coefficient * other
+        if value is not None and variant.after is not None:
+            value = variant.after(name, value)
+        if value is None or np.size(value) != size:
+            return None
+        return np.asarray(value, np.float64).reshape(-1)
+    return values
+
+
+def _evaluate(record, call) -> dict | None:
+    """The spec's exact outputs for a call (None when the spec rejects it). A
+    call the chip profile rejects (a pattern its kernel has no plan for) is evaluated by the
+    math-only profile: the formula is what a mistaken kernel computes."""
     for soc in dict.fromkeys((call.soc, None)):
         try:
             with np.errstate(all="ignore"):
-                result = record.call(call._replace(soc=soc))
-            break
+                return dict(record.call(call._replace(soc=soc), out_dtype=np.float64))
         except (AclnnError, ValueError, TypeError, IndexError, KeyError):
             continue
-    if result is None:
-        return None
-    value = result.get(name)
-    if value is None or np.size(value) != size:
-        return None
-    return np.asarray(value, np.float64).reshape(-1)
+    return None
 
 
-def exact_terms(record, case, name: str) -> np.ndarray | None:
+def exact_terms(record, params: dict, inputs: dict, name: str) -> np.ndarray | None:
     """The sums of absolute terms of one output when the golden file has none (16-bit
     elementwise outputs): the spec's terms of the case on its inputs in float32."""
     try:
-        inputs = {k: (v if v is None or np.asarray(v).dtype.kind in "iu" else
-                      np.asarray(v).astype(np.float32)) for k, v in case.input_arrays().items()}
-        terms = record.generation.terms(record.call_of(case.params, inputs))
+        wide = {k: (v if v is None or np.asarray(v).dtype.kind in "iu" else
+                    np.asarray(v).astype(np.float32)) for k, v in inputs.items()}
+        terms = record.generation.terms(record.call_of(params, wide))
     except Exception:  # noqa: BLE001 - the bound falls back to |g|
         return None
     t = terms.get(name)

@@ -1,151 +1,176 @@
 """Why an output failed (docs/compare.md, "Diagnosis"): a short ranked list of findings, each
-backed by a measurement on the failing output.
+backed by a measurement on the failing output, never empty.
 
 The diagnosis sees one failing output as a ``Subject``: the kernel's values and the exact
-golden (a sample of at most ``SAMPLE_ELEMENTS`` elements, whole rows of the leading axes), the
-sums of absolute terms, and the case (its inputs, its other outputs, its operator record). It
-asks, in turn:
+golden on the elements ``views`` chooses (the whole output, or a slice of the case along the
+axes its operator computes independently), the sums of absolute terms, and the case (its
+inputs, or those of the slice, its other outputs, its operator record). It asks, in turn:
 
 - is every failing element within what floating-point arithmetic in the output's dtype can do
   (``precision``: errors growing with the sum of absolute terms)? Then that is the whole
   diagnosis, with the rounding mode or 16-bit dtype that explains the bits where one does;
-- is the output unwritten or filled (``zero``, ``constant``, ``nonfinite``), a copy of an input
-  or of another output (``copy``), the golden's negative or a multiple of it (``sign``,
-  ``scale``), the golden with an axis permuted (``permuted``)?
-- does the spec itself, under one of the record's hypotheses (``refspec.ops.hypotheses``:
-  another attribute value, cos and sin exchanged, a reduction over fewer axes, ...), give what
-  the kernel wrote (``alternative``, ``sign``, ``reduction``)?
-- where do the failing elements lie along each named axis (``region``)?
+- are the bits the other 16-bit dtype's (``dtype``)?
+- what did the kernel write instead: a fill (``zero``, ``constant``, ``nonfinite``), a copy
+  of an input or of another output (``copy``), the golden's negative or a multiple of it
+  (``sign``, ``scale``), the golden permuted (``permuted``), the spec under one of the
+  hypotheses of ``refspec.ops.hypotheses`` (``alternative``, ``sign``, ``input``, ``index``,
+  ``reduction``, ``extent``)? Each candidate explains the failing elements where the kernel's
+  value agrees with it by the case's own standard and it is clearly not the golden; the
+  findings are a cover (``cover.choose``): the candidate that explains most, then the best of
+  the rest, each with the part of the output it explains;
+- what is left is ``unexplained``, measured (``unexplained``): how many, how large, spread like
+  rounding or structured, where.
 
-Agreement is measured by the case's own standard (``Rule``): an element "agrees" with a
-candidate when it would pass were the candidate the golden. ``Finding.agreement`` is the
-fraction of the failing elements the finding explains; a candidate is reported only when it
-explains at least ``EXPLAINS`` of them and agrees with more of the whole output than the
-golden does.
+``Finding.agreement`` is the fraction of the failing elements the finding explains; no two
+findings of an output explain the same element.
 """
 
 from __future__ import annotations
+
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
 from ... import ops
 from .accuracy import precision, roundings, twin_dtype
-from .candidates import copies, exact_terms, fills, hypotheses, multiples, permutations
-from .findings import (EXPLAINS, KINDS, SAMPLE_ELEMENTS, Finding, Subject, complete)
-from .regions import regions
+from .candidates import (copies, exact_terms, fills, hypotheses, multiples, own_hypotheses,
+                         permutations, twins)
+from .cover import choose, explains_all
+from .findings import EXPLAINS, KINDS, SPEC_ELEMENTS, Finding, Subject
+from .unexplained import unexplained
+from .views import (CASE_ELEMENTS, VIEW_ELEMENTS, View, choose_view, read_actual, read_golden,
+                    view_inputs)
 
 __all__ = ["CANDIDATES", "Finding", "Subject", "diagnose", "diagnose_output", "read_subject",
-           "sample_rows", "KINDS", "SAMPLE_ELEMENTS", "EXPLAINS"]
+           "KINDS", "VIEW_ELEMENTS", "CASE_ELEMENTS", "EXPLAINS"]
 
 
-#: what the kernel wrote instead, asked in this order until a finding explains every failing
+#: what the kernel wrote instead, asked in this order until a candidate explains every failing
 #: element: each takes (subject, the failing elements, the share of the elements that agree with
-#: the golden) and gives its findings (``findings.candidate`` makes one); a new kind of finding
-#: is one more entry (and its name in ``findings.KINDS``)
-CANDIDATES = [fills, copies, multiples, permutations, hypotheses]
+#: the golden) and gives its candidate findings (``findings.candidate`` makes one); a new kind
+#: of finding is one more entry (and its name in ``findings.KINDS``)
+CANDIDATES = [twins, fills, copies, multiples, own_hypotheses, permutations, hypotheses]
 
 
 def diagnose(subject: Subject) -> list[Finding]:
-    """The findings for one failing output, best first (see the module docstring)."""
+    """The findings for one failing output, best first (see the module docstring); the last
+    one is ``unexplained`` when the others leave failing elements."""
     s = subject
     fail = ~s.agree(s.g)
     if not fail.any():
-        return []
+        return [_nothing_read(s)]
     accuracy = precision(s, fail)
     if accuracy is not None:
         return [accuracy] + roundings(s, fail) + twin_dtype(s, fail)
+    found = roundings(s, fail)
     golden_agrees = 1.0 - float(fail.mean())
-    found = []
-    for stage in CANDIDATES:
-        found += stage(s, fail, golden_agrees)
-        if any(complete(f) for f in found):
-            break                      # an explanation of every element: no need to look on
-    else:
-        found += roundings(s, fail) + twin_dtype(s, fail)
-    order = {k: i for i, k in enumerate(KINDS)}
-    found.sort(key=lambda f: (-round(f.agreement, 3), order.get(f.kind, len(order))))
-    return _dedupe(found) + regions(s, fail)
+    if not explains_all(s, found, fail):
+        for stage in CANDIDATES:
+            found += stage(s, fail, golden_agrees)
+            if explains_all(s, found, fail):
+                break
+    chosen, rest = choose(s, fail, found)
+    if rest.any():
+        chosen.append(unexplained(s, rest, int(fail.sum())))
+    return chosen
 
 
-def _dedupe(found: list[Finding]) -> list[Finding]:
-    seen, out = set(), []
-    for f in found:
-        key = (f.kind, f.summary)
-        if key not in seen:
-            seen.add(key)
-            out.append(f)
-    return out
+def _nothing_read(s: Subject) -> Finding:
+    """A failing output none of whose elements read fails the element checks (the ratio
+    standard's aggregate figures, or failures outside the elements read)."""
+    total = s.failing_total
+    where = (f"none of the {s.a.size:,} elements read fails the element checks" +
+             (f" ({total:,} fail in the whole output, outside the elements read)" if total else
+              ": the output fails on its aggregate figures (the ratio standard's error ratios)"))
+    return Finding("unexplained", where, 0.0, {"failing": 0, "read": int(s.a.size)})
 
 
 # --- reading a failing output -----------------------------------------------------------------
 
-def sample_rows(shape: tuple, limit: int = SAMPLE_ELEMENTS) -> np.ndarray | None:
-    """Indices along the first axis to diagnose (evenly spaced, the first and the last among
-    them) when the output holds more than ``limit`` elements; None: all of it."""
-    n = int(np.prod(shape, dtype=np.int64))
-    if n <= limit or not shape:
-        return None
-    row = n // shape[0]
-    keep = max(1, limit // max(row, 1))
-    return np.unique(np.linspace(0, shape[0] - 1, keep).round().astype(np.int64))
-
-
-def read_subject(case, golden, actual, rule, record=None) -> Subject:
+def read_subject(case, golden, actual, rule, record=None, metrics=None) -> Subject:
     """The ``Subject`` of one failing output: ``golden`` its ``GoldenOutput``, ``actual`` an
-    ``ActualArray``. An output
-    larger than ``SAMPLE_ELEMENTS`` is read in whole rows of its first axis (``sample_rows``)
-    and gets no spec hypotheses."""
-    name, shape = golden.name, tuple(golden.shape)
-    rows = sample_rows(shape)
-    n = int(np.prod(shape, dtype=np.int64))
-    row = n // shape[0] if shape else 1
-    if rows is None:
-        keys = [(tuple(slice(None) for _ in shape), 0, n)]
-        flat = np.arange(n, dtype=np.int64)
-    else:
-        keys = [((int(i),), int(i) * row, row) for i in rows]
-        flat = (rows[:, None] * row + np.arange(row)).reshape(-1)
-    raw = np.concatenate([np.asarray(actual.read(k, f0, c)).reshape(-1) for k, f0, c in keys])
-    exact = golden.exact
-    g = np.concatenate([np.asarray(exact[k] if shape else exact[()], np.float64).reshape(-1)
-                        for k, _, _ in keys])
-    S = _sums(case, name, keys, record, rows is None)
-    others = {} if rows is not None else _others(case, name, n)
-    return Subject(name, golden.dtype_name, shape, golden.axes, rule, golden.K,
-                   raw.astype(np.float64), g, flat, raw, S, golden.comparison_class, case, record,
-                   others)
+    ``ActualArray``, ``metrics`` what the judge measured (its worst element is read)."""
+    worst = _worst(metrics)
+    view = choose_view(golden, case, record, worst)
+    raw = read_actual(view, actual)
+    g = read_golden(view, golden.exact)
+    params = record.upgrade_params(case.params) if record is not None else dict(case.params)
+    inputs = _inputs(view, case, record)
+    S = _sums(case, golden.name, view, record, params, inputs)
+    return Subject(golden.name, golden.dtype_name, tuple(golden.shape), golden.axes, rule,
+                   golden.K, raw.astype(np.float64), g, view.flat, raw, S,
+                   golden.comparison_class, case, record,
+                   _others(case, golden.name, view, inputs), inputs, params, view.shape,
+                   None if metrics is None else int(metrics.failures), _memo(case, view))
 
 
-def _sums(case, name, keys, record, whole: bool):
+#: per case (while it is alive), per slice: the spec's values of the hypotheses evaluated for
+#: one of its failing outputs, kept for the others (``candidates.spec_values``)
+_MEMOS: WeakKeyDictionary = WeakKeyDictionary()
+
+
+def _memo(case, view: View) -> dict:
+    """The memo of the case's slice ``view`` reads (a fresh one when the case cannot be
+    remembered)."""
+    key = None if view.letters is None else tuple(
+        sorted((k, tuple(np.asarray(v).tolist())) for k, v in view.letters.items()))
+    try:
+        memos = _MEMOS.setdefault(case, {})
+    except TypeError:
+        return {}
+    return memos.setdefault(key, {})
+
+
+def _worst(metrics) -> int | None:
+    if metrics is None:
+        return None
+    element = metrics.worst[0] if metrics.worst else metrics.max_abs
+    return None if element is None else int(element.flat)
+
+
+def _inputs(view: View, case, record) -> dict | None:
+    """The inputs the spec hypotheses are evaluated on: those of the view's slice, or the whole
+    case's when no slice fits and it is small enough (``SPEC_ELEMENTS``)."""
+    if record is None:
+        return None
+    try:
+        inputs = view_inputs(view, case, record)
+        if inputs is None and view.flat.size == int(np.prod(view.shape)) and sum(
+                int(np.prod(case.inputs[n].shape)) for n in case.input_names) <= SPEC_ELEMENTS:
+            inputs = dict(case.input_arrays())
+    except Exception:  # noqa: BLE001 - an unreadable input: no hypotheses
+        return None
+    return inputs
+
+
+def _sums(case, name, view: View, record, params, inputs):
+    """The sums of |terms| of the elements read: the golden file's, else the spec's terms on
+    the inputs (in float32)."""
     stored = getattr(case, "sum_abs", {})
     if name in stored:
-        return np.concatenate([np.asarray(stored[name][k], np.float64).reshape(-1)
-                               for k, _, _ in keys])
-    if whole and record is not None:
-        S = exact_terms(record, case, name)
-        return None if S is None else S.reshape(-1)
+        return read_golden(view, stored[name])
+    if record is not None and inputs is not None:
+        S = exact_terms(record, params, inputs, name)
+        if S is not None and S.size == view.flat.size:
+            return S.reshape(-1)
     return None
 
 
-def _others(case, name: str, n: int) -> dict:
-    """The case's inputs and its other outputs' goldens holding ``n`` elements, by
-    ``input:<name>`` / ``output:<name>``."""
+def _others(case, name: str, view: View, inputs: dict | None) -> dict:
+    """The inputs (of the view) and the other outputs' goldens holding as many elements as the
+    elements read, by ``input:<name>`` / ``output:<name>``."""
+    n = view.flat.size
     out = {}
-    try:
-        inputs = case.input_arrays()
-    except Exception:  # noqa: BLE001 - an unreadable input is simply not a candidate
-        inputs = {}
-    for k, v in inputs.items():
+    for k, v in (inputs or {}).items():
         if v is not None and np.size(v) == n and np.asarray(v).dtype.kind not in "iub":
             out[f"input:{k}"] = np.asarray(v, np.float64).reshape(-1)
+    shape = tuple(case.exact[name].shape)
     for other in case.output_names:
-        if other != name and other in case.exact:
-            arr = case.exact[other]
-            if int(np.prod(arr.shape)) == n:
-                out[f"output:{other}"] = np.asarray(arr, np.float64).reshape(-1)
+        if other != name and other in case.exact and tuple(case.exact[other].shape) == shape:
+            out[f"output:{other}"] = read_golden(view, case.exact[other])
     return out
 
 
-def diagnose_output(case, golden, actual, rule) -> list[Finding]:
+def diagnose_output(case, golden, actual, rule, metrics=None) -> list[Finding]:
     """The diagnosis of one failing output (``read_subject``, then ``diagnose``)."""
-    return diagnose(read_subject(case, golden, actual, rule, ops.find(case.op)))
+    return diagnose(read_subject(case, golden, actual, rule, ops.find(case.op), metrics))

@@ -14,7 +14,7 @@ from .floatinfo import ulp_at
 from .special_values import match_special, numeric
 from .standards import Rule, element_rule
 
-__all__ = ["agrees"]
+__all__ = ["agrees", "badness_against"]
 
 
 def agrees(rule: Rule, dtype: str, K, a: np.ndarray, raw: np.ndarray, g: np.ndarray,
@@ -23,14 +23,21 @@ def agrees(rule: Rule, dtype: str, K, a: np.ndarray, raw: np.ndarray, g: np.ndar
     would pass with ``g`` (float64) as the golden, by ``rule`` (the ratio standard's elements by
     the default standard's checks: ``standards.element_rule``); ``S`` the sums of |terms| or
     None."""
+    return badness_against(rule, dtype, K, a, raw, g, S) <= 1.0
+
+
+def badness_against(rule: Rule, dtype: str, K, a: np.ndarray, raw: np.ndarray, g: np.ndarray,
+                    S: np.ndarray | None) -> np.ndarray:
+    """Per element: |a - g| over what ``rule`` allows were ``g`` the golden (as ``agrees``);
+    special values 0 where matched, infinite where not."""
     b = element_bounds(element_rule(rule, dtype, K), resolve_dtype(dtype), K)
     with np.errstate(all="ignore"):
         ag = np.abs(g)
         ok = numeric(a, ag, b.info)
-        out = np.zeros(a.shape, bool)
+        out = np.zeros(a.shape, np.float64)
         special = ~ok
         matched, _, _ = match_special(a[special], g[special], b.info)
-        out[special] = matched
+        out[special] = np.where(matched, 0.0, np.inf)
         if ok.any():
             w = np.flatnonzero(ok)
             ad = np.abs(a[w] - g[w])
@@ -38,5 +45,5 @@ def agrees(rule: Rule, dtype: str, K, a: np.ndarray, raw: np.ndarray, g: np.ndar
             ulps = ad / ulp
             e = round_to(g[w], b.dtype) if b.needs_expected else None
             s = S[w] if S is not None and b.uses_sum_abs else None
-            out[w] = badness(b, (np.asarray(raw).reshape(-1)[w], e, s), ad, ag[w], ulp, ulps) <= 1.0
+            out[w] = badness(b, (np.asarray(raw).reshape(-1)[w], e, s), ad, ag[w], ulp, ulps)
     return out

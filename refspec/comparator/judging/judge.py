@@ -105,7 +105,7 @@ def diagnosis(res: OutputResult, job: JudgedOutput, strict: str | None = None) -
     ``refspec.comparator.diagnosis.diagnose.diagnose_output``, docs/compare.md "Diagnosis"),
     also when it is too strict only because its case is beyond a kernel's arithmetic."""
     if job.diagnose is not None and (res.status == "fail" or strict == BEYOND):
-        res.diagnosis = job.diagnose(job.case, job.golden, job.actual, job.rule)
+        res.diagnosis = job.diagnose(job.case, job.golden, job.actual, job.rule, res.metrics)
 
 
 def _result(job: JudgedOutput, context: str) -> OutputResult:
