@@ -11,13 +11,9 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from .. import ops
 from .constraints import SweepError
-
-if TYPE_CHECKING:
-    from .sweep import Block
 
 __all__ = ["Tier", "TIER_KEYS", "parse_tier", "subsample"]
 
@@ -73,8 +69,8 @@ def _cover_key(params: dict, shape_label: str, group: tuple):
     return tuple(shape_label if a == "shape" else params.get(a) for a in group)
 
 
-def subsample(block: Block, tier: Tier, sweep_seed: int) -> list[str]:
-    """The ids a tier takes from a block: every value combination of each ``cover`` group at
+def subsample(block, tier: Tier, sweep_seed: int) -> list[str]:
+    """The ids a tier takes from a block (a ``refspec.goldens.sweep.Block``): every value combination of each ``cover`` group at
     least once (first case in hash-rank order that brings something new), then the remaining
     cases in rank order up to ``cap``; returned in the block's product order."""
     over = block.tier_overrides.get(tier.name)
