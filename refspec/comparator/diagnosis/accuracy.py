@@ -113,11 +113,7 @@ def arithmetic_cause(s: Subject, fail: np.ndarray) -> Finding | None:
         found.append((agree, float(np.abs(np.log(ratios)).sum()), cause, what, detail, theirs))
     if not found or _logic_explains(s, fail):
         return None
-    matched = max(f[0] for f in found)
-    if matched >= EXPLAINS:                 # the kernel's values themselves: the best match
-        found = [f for f in found if f[0] == matched]
-    least = min(f[1] for f in found)
-    agree, _, cause, what, detail, theirs = next(f for f in found if f[1] <= least + EQUALLY_GOOD)
+    agree, _, cause, what, detail, theirs = _best(found)
     info = float_info(dt)
     worst = float((np.abs(s.a - s.g)[fail] / ulp_at(np.abs(s.g[fail]), info)).max())
     n = int(fail.sum())
@@ -129,6 +125,17 @@ def arithmetic_cause(s: Subject, fail: np.ndarray) -> Finding | None:
                     "elements_agreeing": round(agree, 6),
                     "rms_ratio": round(float(mine[0] / theirs[0]), 3),
                     "largest_ratio": round(float(mine[1] / theirs[1]), 3)})
+
+
+def _best(found: list) -> tuple:
+    """Of the causes found, ``(agreement, size distance, ...)``: the ones whose values the
+    kernel's agree with best when they reach ``EXPLAINS``, then the first within
+    ``EQUALLY_GOOD`` of the closest size."""
+    matched = max(f[0] for f in found)
+    if matched >= EXPLAINS:                 # the kernel's values themselves: the best match
+        found = [f for f in found if f[0] == matched]
+    least = min(f[1] for f in found)
+    return next(f for f in found if f[1] <= least + EQUALLY_GOOD)
 
 
 def _logic_explains(s: Subject, fail: np.ndarray) -> bool:
