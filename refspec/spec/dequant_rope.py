@@ -6,7 +6,7 @@ rotate-half block ``ROPE_FORWARD[RopeMode.HALF]`` (cos and sin (B, S, 1, D), sha
 heads); k and v are quantised, ``x / scale + offset`` rounded half to even into int8
 (``refspec.spec.quant.quant_value`` with ``divide``, errata E29), and written into the caches
 (contiguous: batch b's tokens at rows indices[b]..indices[b]+S-1 of its cache row; page: the
-caches seen as (C1*C2, Nkv, D), token t at row indices[t]). Float64 on the exact inputs, every
+caches seen as ``(C1*C2, Nkv, D)``, token t at row indices[t]). Float64 on the exact inputs, every
 output rounded once; the caches returned are new arrays. RopeQuantKvcache is the same
 computation with a float16 x, contiguous caches and one scale and integer offset for k and v
 (errata E48): ``rope_quant_kvcache`` says so in code.
@@ -104,8 +104,8 @@ def dequant_rope_quant_kvcache(x, cos, sin, k_cache, v_cache, indices, scale_k, 
     """aclnnDequantRopeQuantKvcache: ``(q_out, k_out, v_out, k_cache, v_cache)``
     (docs/dequant_rope_quant_kvcache.md, Parameters, §1-§2).
 
-    ``size_splits`` (required) = [Nq*D, Nkv*D, Nkv*D]; the caches (C1, C2, Nkv, D) int8;
-    indices int32, (B,) in contiguous mode, (B*S,) in page mode. ``soc`` None checks what the
+    ``size_splits`` (required) = ``[Nq*D, Nkv*D, Nkv*D]``; the caches (C1, C2, Nkv, D) int8;
+    indices int32, (B,) in contiguous mode, ``(B*S,)`` in page mode. ``soc`` None checks what the
     math needs, "A2"/"A3" the profile's rules (§4). ``out_dtype`` None returns q/k/v in cos's
     dtype and the caches as int8, each rounded once; ``np.float64`` the exact values (the
     caches: the values before rounding at the rows written).
@@ -137,7 +137,7 @@ def dequant_rope_quant_kvcache_terms(x, cos, sin, k_cache, v_cache, indices, sca
                                      cache_mode="contiguous", *, soc=None,
                                      out_dtype=None) -> dict:
     """Tolerance terms (docs/dequant_rope_quant_kvcache.md §3): q_out and k_out elementwise, S
-    the rotation's sum of |products| of dequantX's S (|x*ws*as| + |bias|); v_out a copy, or
+    the rotation's sum of |products| of dequantX's S (``|x*ws*as| + |bias|``); v_out a copy, or
     elementwise when dequantised; each cache ``CACHE`` with quantised values, S = S/|scale| +
     |offset| at the offsets written."""
     a = check_dequant_args("dequant_rope_quant_kvcache_terms", _tensors(

@@ -9,11 +9,11 @@ cache's memory:
 - ``ND`` (``PA``/``PA_BNSD``, ``PA_BLK_BNSD``, DequantRopeQuantKvcache's ``page`` and
   ``contiguous``): a cache (..., N, D) whose leading axes number the slots in C order;
 - ``NZ`` (``PA_NZ``, ``PA_BLK_NZ``, QkvRmsNormRopeCache): the fractal layout. A block of
-  block_size slots is a (block_size, N*D) matrix stored as N*D/C0 tiles of (block_size, C0),
-  tile after tile, each tile row by row: the element (slot, n, d) of block k is at
-  ``[k, (n*D + d) // C0, slot % block_size, (n*D + d) % C0]`` of a
-  (block_num, N*D/C0, block_size, C0) array. C0 is 32 bytes of the cache's dtype: 16 elements
-  of float16/bfloat16, 32 of the 8-bit dtypes (errata E31).
+  block_size slots is a ``(block_size, N*D)`` matrix stored as ``N*D/C0`` tiles of
+  (block_size, C0), tile after tile, each tile row by row: the element (slot, n, d) of block k
+  is at ``[k, (n*D + d) // C0, slot % block_size, (n*D + d) % C0]`` of a
+  ``(block_num, N*D/C0, block_size, C0)`` array. C0 is 32 bytes of the cache's dtype: 16
+  elements of float16/bfloat16, 32 of the 8-bit dtypes (errata E31).
 
 ``token_slots`` turns an index into a slot per token, ``element_offsets`` a slot into the flat
 offsets of its elements, ``scatter`` writes values into a copy of the cache (the input is
@@ -55,8 +55,8 @@ def nz_width(dtype) -> int:
 def token_slots(index, mode: str, B: int, S: int, block_size: int | None = None) -> np.ndarray:
     """(B, S) slot numbers of the tokens (-1: skipped). ``Norm``: index (B, S) is the position
     in batch b's cache, the slot ``b*Scache + index`` is formed by ``element_offsets``; paged
-    modes: index (B*S,) is the slot itself; ``PA_BLK_*``: index (B*ceil(S/block_size),) is the
-    first slot of each run of block_size tokens of a batch, token s of batch b goes to
+    modes: index ``(B*S,)`` is the slot itself; ``PA_BLK_*``: index ``(B*ceil(S/block_size),)``
+    is the first slot of each run of block_size tokens of a batch, token s of batch b goes to
     ``index[b, s // block_size] + s % block_size``."""
     index = np.asarray(index, dtype=np.int64)
     if mode not in BLOCKED:
@@ -69,7 +69,7 @@ def token_slots(index, mode: str, B: int, S: int, block_size: int | None = None)
 
 def element_offsets(slots: np.ndarray, layout: str, shape: tuple, c0: int | None = None) -> np.ndarray:
     """Flat offsets (T, N, D) of the elements of the T slots ``slots`` (rows of -1 for a slot -1)
-    in a cache of ``shape`` and ``layout`` (module docstring; ``BNSD``: slot b*Scache + s, and
+    in a cache of ``shape`` and ``layout`` (module docstring; ``BNSD``: slot ``b*Scache + s``, and
     ``NZ``: shape is the logical (block_num, block_size, N, D))."""
     slots = np.asarray(slots, dtype=np.int64).reshape(-1, 1, 1)
     N, D = shape[1] if layout == "BNSD" else shape[-2], shape[-1]

@@ -5,8 +5,8 @@ V1 (kv merged, DeepSeek-V3): kv's last axis is [rms part Dv | rope part Dk]; RMS
 first part goes to ckv_cache, the interleaved RoPE of the second to k_cache. V2 (kv and v
 separate): RMSNorm of all of kv, RoPE of its first rope-size values, the rest passed through, to
 k_cache; v itself to ckv_cache. The rotation is RotaryPositionEmbedding's interleave-half
-formula block ``ROPE_FORWARD[RopeMode.INTERLEAVE_HALF]`` (the document's x1 = x[..., ::2],
-x2 = x[..., 1::2], cat(x1, x2)*cos + cat(-x2, x1)*sin), the normalisation
+formula block ``ROPE_FORWARD[RopeMode.INTERLEAVE_HALF]`` (the document's ``x1 = x[..., ::2]``,
+``x2 = x[..., 1::2]``, ``cat(x1, x2)*cos + cat(-x2, x1)*sin``), the normalisation
 ``refspec.spec.rmsnorm.rms_norm``, the quantisation ``refspec.spec.quant.quant_value``
 (``x * scale + offset``), the scatter ``refspec.spec.kv_cache``. Everything is float64 on the
 exact inputs; each output is rounded once. The caches returned are new arrays: the inputs are
@@ -113,13 +113,13 @@ def kv_rms_norm_rope_cache(kv, gamma, cos, sin, index, k_cache, ckv_cache, k_rop
     (docs/kv_rms_norm_rope_cache.md, Parameters, §1-§2).
 
     kv (B, 1, S, Dv + Dk); gamma (Dv,); cos, sin (B, 1, S or 1, Dk); index by ``cache_mode``
-    (Norm (B, S), PA/PA_BNSD/PA_NZ (B*S,), PA_BLK_BNSD/PA_BLK_NZ (B*ceil(S/block_size),); -1
-    skips); k_cache, ckv_cache the caches (Norm (B, 1, Scache, D), paged (block_num,
-    block_size, 1, D)), returned as new arrays with the tokens written. A scale makes its cache
-    quantised (int8; on 950 also the float8 formats). ``soc`` None checks what the math needs,
-    "A2"/"A3"/"950" the profile's rules (§4). ``out_dtype`` None returns each output in its
-    dtype, rounded once; ``np.float64`` the exact values (a quantised cache: the value before
-    rounding at the slots written).
+    (Norm (B, S), PA/PA_BNSD/PA_NZ ``(B*S,)``, PA_BLK_BNSD/PA_BLK_NZ
+    ``(B*ceil(S/block_size),)``; -1 skips); k_cache, ckv_cache the caches (Norm
+    (B, 1, Scache, D), paged (block_num, block_size, 1, D)), returned as new arrays with the
+    tokens written. A scale makes its cache quantised (int8; on 950 also the float8 formats).
+    ``soc`` None checks what the math needs, "A2"/"A3"/"950" the profile's rules (§4).
+    ``out_dtype`` None returns each output in its dtype, rounded once; ``np.float64`` the exact
+    values (a quantised cache: the value before rounding at the slots written).
     """
     tensors = _tensors(kv, gamma, cos, sin, index, k_cache, ckv_cache, k_rope_scale, c_kv_scale,
                        k_rope_offset, c_kv_offset, None)

@@ -1,12 +1,12 @@
 """QkvRmsNormRopeCache (docs/qkv_rms_norm_rope_cache.md §1-§3).
 
-qkv (B*S, N*D) is split into q (Nq heads), k (Nk) and v (Nv) of head size D; q and k are
+qkv ``(B*S, N*D)`` is split into q (Nq heads), k (Nk) and v (Nv) of head size D; q and k are
 normalised per head (``refspec.spec.rmsnorm.rms_norm`` with q_gamma and k_gamma) and rotated
 half-and-half (RotaryPositionEmbedding's half block ``ROPE_FORWARD[RopeMode.HALF]``, the
 document's cat(-y2, y1)); q_out is q's result; k and v are quantised when their cache is int8,
 ``kRoPE / kScale + kOffset`` rounded half to even and clamped (errata E28), and written into the
-PA_NZ caches (BlockNum, heads*D/C0, BlockSize, C0) at index[t] (-1: skipped). Float64 on the
-exact inputs, each output rounded once; the caches returned are new arrays.
+PA_NZ caches ``(BlockNum, heads*D/C0, BlockSize, C0)`` at ``index[t]`` (-1: skipped). Float64 on
+the exact inputs, each output rounded once; the caches returned are new arrays.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ ROTATE = ROPE_FORWARD[RopeMode.HALF]
 
 
 class QkvRmsNormRopeCacheOutputs(NamedTuple):
-    """q_out (B*S, Nq*D), the caches after the call, and when is_output_qkv the values before
-    quantisation and scatter (q's is q_out; k's (B*S, Nk*D), v's (B*S, Nv*D)), else None."""
+    """q_out ``(B*S, Nq*D)``, the caches after the call, and when is_output_qkv the values before
+    quantisation and scatter (q's is q_out; k's ``(B*S, Nk*D)``, v's ``(B*S, Nv*D)``), else
+    None."""
 
     q_out: np.ndarray
     k_cache: np.ndarray

@@ -28,7 +28,8 @@ pytest.importorskip("material")
 
 # The operator pages: each states its formulas (so each must show some).
 FORMULA_PAGES = ("rope", "norm_rope_concat", "apply_rotary_pos_emb", "rope_with_sin_cos_cache",
-                 "interleave_rope", "errata")
+                 "interleave_rope", "kv_rms_norm_rope_cache", "dequant_rope_quant_kvcache",
+                 "qkv_rms_norm_rope_cache", "errata")
 
 
 @pytest.fixture(scope="module")
