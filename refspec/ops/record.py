@@ -300,9 +300,10 @@ class Operator:
     @cached_property
     def attributes(self) -> tuple[str, ...]:
         """The spec function's attribute keywords: its parameters that are not tensors, nor
-        ``soc`` and ``out_dtype``."""
+        ``soc``, ``out_dtype`` and ``sum_dtype`` (the arithmetic a diagnosis evaluates)."""
         params = inspect.signature(self.spec).parameters
-        return tuple(p for p in params if p not in self.input_names + ("soc", "out_dtype"))
+        return tuple(p for p in params
+                     if p not in self.input_names + ("soc", "out_dtype", "sum_dtype"))
 
     @property
     def socs(self) -> tuple:
