@@ -5,7 +5,7 @@ each ended, and whether the run that followed gave the same bits as an uninterru
     python benchmarks/bench_faults.py --tries 3       # a quick look
     python benchmarks/bench_faults.py --only sigkill-generate-j2,hostile
 
-The faults, on the smoke sweep's default tier (310 cases of every operator):
+The faults, on the smoke sweep's default tier (every operator's cases):
 
 - ``sigkill-generate-jN`` / ``sigint-generate-jN``: SIGKILL / SIGINT (Ctrl-C) of the process
   group of `generate --jobs N` at a moment drawn uniformly over an uninterrupted run's time,

@@ -16,12 +16,18 @@ import subprocess
 import sys
 import time
 
+from refspec.goldens.sweep import load_sweep
+
 from golden_files import file_content
 
 #: the selection the faults are tried on: the smoke sweep's RotaryPositionEmbeddingGrad cases
 SELECTION = ("--op", "rope_grad")
 #: a run long enough (seconds, larger cases) that a second run started beside it finds it at work
-LONG_RUN, LONG_RUN_CASES = ("--sweep", "standard", "--tier", "quick"), 499
+LONG_RUN = ("--sweep", "standard", "--tier", "quick")
+#: how many cases the long run writes
+LONG_RUN_CASES = len(load_sweep("standard").cases("quick"))
+#: how many cases the smoke sweep writes
+SMOKE_CASES = len(load_sweep("smoke").cases())
 
 
 def command(*args) -> list[str]:

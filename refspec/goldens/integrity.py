@@ -23,7 +23,7 @@ import numpy as np
 from h5py import h5d, h5t, h5z
 
 from ..spec.dtypes import bfloat16, dtype_name, round_to
-from .format import CorruptGoldenError
+from .format import CASE_SUBGROUPS, CorruptGoldenError
 
 __all__ = ["storage_problem", "raw_extents", "rounding_mismatch", "verify_output",
            "verify_case", "VERIFY_BYTES"]
@@ -152,6 +152,10 @@ def verify_output(case, name: str, max_bytes: int = VERIFY_BYTES) -> None:
     ``GoldenCase``) is its exact value rounded once, everywhere; reads both in blocks of about
     ``max_bytes`` of exact values (every chunk's checksum is checked on the way)."""
     expected, exact = case.expected[name], case.exact[name]
+    written = getattr(case, "written", None)
+    if written is not None and name in written:
+        _verify_written(expected, exact, np.asarray(written[name].read()), max_bytes)
+        return
     if expected.shape != exact.shape:
         raise expected.corrupt(f"has shape {expected.shape}, but exact/{name} has {exact.shape}")
     for key, exact_block in exact.blocks(max_bytes):
@@ -160,6 +164,31 @@ def verify_output(case, name: str, max_bytes: int = VERIFY_BYTES) -> None:
             raise expected.corrupt(f"element {_element(key, at, exact_block.shape)} is not "
                                    f"exact/{name} rounded once to {dtype_name(expected.dtype)} "
                                    "(the golden was changed after it was computed)")
+
+
+def _verify_written(expected, exact, offsets: np.ndarray, max_bytes: int) -> None:
+    """A cache updated in place: its exact values are those of the elements at ``offsets``
+    (flat, C order; ``written/``), each of which the expected cache holds rounded once. The
+    expected cache is read in blocks of about ``max_bytes``; its other elements are the input
+    cache's, with nothing to check them against."""
+    name = exact.name
+    if exact.shape != offsets.shape:
+        raise expected.corrupt(f"exact/{name} has shape {exact.shape}, but written/{name} "
+                               f"names {offsets.size} elements")
+    order = np.argsort(offsets, kind="stable")
+    ordered, values = offsets[order], np.asarray(exact.read())
+    start = 0
+    for _, block in expected.blocks(max_bytes):
+        flat = block.reshape(-1)
+        lo, hi = np.searchsorted(ordered, [start, start + flat.size])
+        picked = order[lo:hi]
+        at = rounding_mismatch(flat[offsets[picked] - start], values[picked])
+        if at is not None:
+            raise expected.corrupt(f"the element at flat offset {int(offsets[picked][at])} is "
+                                   f"not exact/{name} rounded once to "
+                                   f"{dtype_name(expected.dtype)} (the golden was changed after "
+                                   "it was computed)")
+        start += flat.size
 
 
 def _element(key: tuple, at: int, block_shape: tuple) -> tuple:
@@ -176,8 +205,8 @@ def verify_case(case, rounding: bool = True, max_bytes: int = VERIFY_BYTES) -> N
     """Read every dataset of ``case`` whole, block by block (each dataset's checksum is
     checked), and with ``rounding`` check each expected output against its exact value
     (``verify_output``); ``CorruptGoldenError`` at the first problem."""
-    for sub in ("inputs", "expected", "exact", "sum_abs"):
-        arrays = getattr(case, sub)
+    for sub in CASE_SUBGROUPS:
+        arrays = getattr(case, sub, None) or {}
         for name in arrays:
             arr = arrays[name]
             if hasattr(arr, "blocks"):

@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from fault_runs import (LONG_RUN, LONG_RUN_CASES, SELECTION, can_mount, children, hurt,
-                        one_line, run, same_content, small_filesystem, start, tree_digest,
-                        wait_gone)
+from fault_runs import (LONG_RUN, LONG_RUN_CASES, SELECTION, SMOKE_CASES, can_mount, children,
+                        hurt, one_line, run, same_content, small_filesystem, start,
+                        tree_digest, wait_gone)
 from golden_files import file_content
 
 pytestmark = pytest.mark.slow
@@ -94,7 +94,8 @@ def test_killing_the_main_process_alone_ends_its_workers(reference, tmp_path):
     done = run(*args, "--resume")
     assert done.returncode == 0, done.stderr
     whole = file_content(out)
-    assert len(whole) == 310 and {c: whole[c] for c in content} == content
+    assert len(whole) == SMOKE_CASES
+    assert {c: whole[c] for c in content} == content
 
 
 @pytest.mark.skipif(not can_mount(), reason="needs root to mount a small tmpfs")
