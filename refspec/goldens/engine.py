@@ -270,12 +270,15 @@ def _generate_parts(run: Run, cases, out, jobs, scheduler, resume, force, progre
     """The run in parts; the output's lock is held from before anything is changed (a stop
     file, a part, the plan) until ``out`` is written."""
     summary = Summary(path=out)
-    if resume and os.path.exists(goldens.part_path(out)):
-        raise GenerateError(f"{goldens.part_path(out)} is an interrupted run in one process: "
-                            "resume it with --jobs 1, or start over with --force")
     if os.path.exists(out) and not (resume or force):
         raise goldens.GoldenFileExistsError("output exists; use --force to replace it", out)
     with OutputLock(out):
+        part = goldens.part_path(out)
+        if resume and os.path.exists(part):
+            if not os.path.exists(os.path.join(parts_dir(out), "plan.json")):
+                raise GenerateError(f"{part} is an interrupted run in one process: resume it "
+                                    "with --jobs 1, or start over with --force")
+            os.remove(part)       # the index a killed run was writing: written again at the end
         if os.path.exists(out) and resume:
             with goldens.open(out) as gf:
                 if set(c.id for c in cases) <= set(gf.case_ids()):

@@ -233,3 +233,32 @@ def test_a_part_file_too_damaged_to_read_is_written_again_on_resume(sweep, whole
         fh.write(b"\x89HDF\r\n\x1a\n" + bytes(40))
     assert generate(sweep, cases, one, jobs=1, resume=True).cases == len(cases)
     assert file_content(one) == whole
+
+
+def test_an_index_left_half_written_is_written_again_on_resume(sweep, whole, tmp_path,
+                                                                 monkeypatch):
+    """A run stopped while it wrote its index (every part complete, ``OUT.part`` half
+    written, the plan still there) is finished by the same command with --resume; a
+    ``.part`` with no plan beside it is a run of one process, refused."""
+    from refspec.goldens import shards
+    out = tmp_path / "i.h5"
+    real = shards.write_index
+
+    def stopped(out_path, *args, **kwargs):
+        with open(goldens.part_path(out_path), "wb") as fh:
+            fh.write(b"\x89HDF half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(shards, "write_index", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        generate(sweep, sweep.cases(), out, jobs=2)
+    monkeypatch.setattr(shards, "write_index", real)
+    assert os.path.exists(goldens.part_path(out)) and not os.path.exists(out)
+    generate(sweep, sweep.cases(), out, jobs=2, resume=True)
+    assert file_content(out) == whole
+
+    lone = tmp_path / "lone.h5"
+    with open(goldens.part_path(lone), "wb") as fh:
+        fh.write(b"\x89HDF")
+    with pytest.raises(GenerateError, match="interrupted run in one process"):
+        generate(sweep, sweep.cases(), lone, jobs=2, resume=True)
