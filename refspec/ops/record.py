@@ -250,6 +250,11 @@ def camel_case(name: str) -> str:
     return head + "".join(p[:1].upper() + p[1:] for p in rest)
 
 
+#: the spec functions' keywords that are no operator attribute: the chip profile, the output
+#: dtype and the arithmetic a diagnosis evaluates (``sum_dtype``)
+NOT_ATTRIBUTES = ("soc", "out_dtype", "sum_dtype")
+
+
 class _Blank(dict):
     def __missing__(self, key):
         return ""
@@ -302,8 +307,7 @@ class Operator:
         """The spec function's attribute keywords: its parameters that are not tensors, nor
         ``soc``, ``out_dtype`` and ``sum_dtype`` (the arithmetic a diagnosis evaluates)."""
         params = inspect.signature(self.spec).parameters
-        return tuple(p for p in params
-                     if p not in self.input_names + ("soc", "out_dtype", "sum_dtype"))
+        return tuple(p for p in params if p not in self.input_names + NOT_ATTRIBUTES)
 
     @property
     def socs(self) -> tuple:

@@ -11,16 +11,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...goldens.format import CASE_SUBGROUPS
 from ...spec.dtypes import dtype_name, resolve_dtype
 from ...spec.quant_dtypes import QUANT_NAMES
-from ...goldens.format import CASE_SUBGROUPS
 from ...spec.terms import CACHE
 from .naming import axis_names
 
-__all__ = ["GoldenOutput", "golden_output", "output_dtype", "check_golden_case", "GOLDEN_GROUPS"]
-
-#: the groups of a golden case's arrays
-GOLDEN_GROUPS = CASE_SUBGROUPS
+__all__ = ["GoldenOutput", "golden_output", "output_dtype", "check_golden_case"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,7 +80,7 @@ def check_golden_case(case) -> None:
     ``refspec.goldens.CorruptGoldenError`` names the file, the case and the dataset."""
     meta = getattr(case, "meta", None)
     described = meta.get("arrays", {}) if isinstance(meta, dict) else {}
-    for group in GOLDEN_GROUPS:
+    for group in CASE_SUBGROUPS:
         arrays = getattr(case, group, None)
         for name in described.get(group, {}) if arrays is not None else ():
             check = getattr(arrays[name], "check", None)
