@@ -250,8 +250,7 @@ def camel_case(name: str) -> str:
     return head + "".join(p[:1].upper() + p[1:] for p in rest)
 
 
-#: the spec functions' keywords that are no operator attribute: the chip profile, the output
-#: dtype and the arithmetic a diagnosis evaluates (``sum_dtype``)
+#: the spec keywords that are no attribute: chip profile, output dtype, a diagnosis's arithmetic
 NOT_ATTRIBUTES = ("soc", "out_dtype", "sum_dtype")
 
 
@@ -304,8 +303,7 @@ class Operator:
 
     @cached_property
     def attributes(self) -> tuple[str, ...]:
-        """The spec function's attribute keywords: its parameters that are not tensors, nor
-        ``soc``, ``out_dtype`` and ``sum_dtype`` (the arithmetic a diagnosis evaluates)."""
+        """The spec function's parameters that are neither tensors nor ``NOT_ATTRIBUTES``."""
         params = inspect.signature(self.spec).parameters
         return tuple(p for p in params if p not in self.input_names + NOT_ATTRIBUTES)
 
@@ -476,8 +474,7 @@ class Operator:
 
 
 def filled(template, params: dict) -> str:
-    """An axes template with the case parameters it names filled in (absent ones empty); a
-    callable template is called with the parameters."""
+    """An axes template filled in from the case parameters (absent ones empty), or called."""
     if callable(template):
         return template(params)
     return string.Formatter().vformat(template, (), _Blank(params))
