@@ -15,7 +15,8 @@ layouts), and, declared by the record with ``quantisation``, which inputs scale 
 quantised values and whether the scale multiplies or divides. The families:
 
 - ``slots``: each token written one slot later or earlier (a block's last slot carries into the
-  next block; a batch's cache wraps on itself), the two slot coordinates exchanged (block and
+  next block, as a batch's into the next batch where the slots are numbered on; a batch's cache
+  of its own, BNSD, wraps on itself), the two slot coordinates exchanged (block and
   slot), the slot numbers read in the other order (page and contiguous numbering confused);
 - ``layouts``: a fractal (NZ) cache written row by row (ND), an ND cache written in tiles;
 - ``cleared``: the whole block (or batch cache) of every written slot set to 0 before the write;
@@ -70,9 +71,9 @@ def _slot_axes(shape, axes: str) -> list[int]:
 
 
 def _move_slots(dest: Callable) -> Callable:
-    """``moved`` of a mistake in the slot a token goes to: ``dest(t, grid, outer)`` the slot
-    numbers (C order over the slot axes ``grid``) slot t's contents go to; ``outer`` the letter
-    of the first slot axis."""
+    """``moved`` of a mistake in the slot a token goes to: ``dest(t, grid, own)`` the slot
+    numbers (C order over the slot axes ``grid``) slot t's contents go to; ``own``: each batch
+    has a cache of its own (BNSD: its slots are not numbered on from the previous batch's)."""
     def moved(offsets, shape, axes, dtype):
         pos = _slot_axes(shape, axes)
         if len(pos) != 2:
@@ -80,7 +81,8 @@ def _move_slots(dest: Callable) -> Callable:
         idx = list(np.unravel_index(offsets, shape))
         grid = tuple(shape[i] for i in pos)
         t = np.ravel_multi_index([idx[i] for i in pos], grid)
-        new = np.unravel_index(dest(t, grid, axes[pos[0]]), grid)
+        own = axes[pos[0]] == "B" and pos[1] != pos[0] + 1   # a batch's cache of its own
+        new = np.unravel_index(dest(t, grid, own), grid)
         for j, i in enumerate(pos):
             idx[i] = new[j]
         return np.ravel_multi_index(idx, shape)
@@ -88,21 +90,21 @@ def _move_slots(dest: Callable) -> Callable:
 
 
 def _step(by: int) -> Callable:
-    def dest(t, grid, outer):
+    def dest(t, grid, own):
         P, Q = grid
-        if outer == "B":                          # a batch's cache wraps on itself
+        if own:                                   # a batch's cache wraps on itself
             return (t // Q) * Q + (t % Q + by) % Q
-        return (t + by) % (P * Q)                 # the pool: into the next block
+        return (t + by) % (P * Q)                 # on into the next block (or batch)
     return dest
 
 
-def _exchanged(t, grid, outer):
+def _exchanged(t, grid, own):
     P, Q = grid
     p, q = np.divmod(t, Q)
     return (q % P) * Q + p % Q
 
 
-def _transposed(t, grid, outer):
+def _transposed(t, grid, own):
     P, Q = grid
     return (t % Q) * P + t // Q
 

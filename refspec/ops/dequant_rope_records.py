@@ -179,8 +179,8 @@ DEQUANT_ROPE_KV = Operator(
                           terms=keyword_terms(dequant_rope_quant_kvcache_terms, _TENSORS),
                           socs=("A2", "A3", None)),
     comparison=Comparison(context=("size_splits", "cache_mode", "x", "dequant", "dtype"),
-                          hypotheses=(hypotheses.other_values("cache_mode"),
+                          hypotheses=(*cache_hypotheses.CACHES,
                                       cache_hypotheses.quantisation(("scale_k", "scale_v"),
                                                                     ("offset_k", "offset_v"),
                                                                     divides=True),
-                                      *cache_hypotheses.CACHES)))
+                                      hypotheses.other_values("cache_mode"))))

@@ -305,8 +305,8 @@ def _record(v2: bool) -> Operator:
                               socs=("A2", "A3", "950", None),
                               describe=_describe),
         comparison=Comparison(context=("cache_mode", "kcache", "ckvcache", "dtype"),
-                              hypotheses=(hypotheses.other_values("cache_mode"), _QUANTISATION,
-                                          *cache_hypotheses.CACHES)))
+                              hypotheses=(*cache_hypotheses.CACHES, _QUANTISATION,
+                                          hypotheses.other_values("cache_mode"))))
 
 
 #: KvRmsNormRopeCache's quantisation: the scale multiplies (docs/kv_rms_norm_rope_cache.md §1)

@@ -27,7 +27,7 @@ from ..judging.caches import named_shape
 from ..judging.quantised import arithmetic_error
 from ..judging.streaming import plan_blocks
 from .accuracy import _rounded_toward_zero
-from .cover import MIN_ELEMENTS, MIN_SHARE, ROUNDS
+from .cover import CHANCE, MIN_ELEMENTS, MIN_SHARE, ROUNDS, SAME
 from .findings import Finding, count
 
 __all__ = ["diagnose_cache", "CACHE_ELEMENTS"]
@@ -128,7 +128,7 @@ def diagnose_cache(case, golden, actual, rule, record) -> list[Finding]:
     pool = [(v, w) for v, w in _candidates(case, record, c, name)]
     chosen, rest = _cover(c, gold, fail, pool)
     total, slots = int(fail.sum()), c.slots(fail)
-    out = [_finding(c, v, mine, agree_all, total, slots) for v, mine, agree_all in chosen]
+    out = [_finding(c, v, mine, whole, same, total, slots) for v, mine, whole, same in chosen]
     if rest.any():
         out += _left(c, gold, rest, total, slots)
     return out
@@ -190,37 +190,62 @@ def _evaluate(record, call):
 
 def _cover(c: _Cache, gold: _Written, fail: np.ndarray, pool: list):
     """The candidates that explain most of the failing elements left, in turn: (variant, the
-    failing elements it explains, whether the whole cache agrees with it) and those left."""
+    failing elements it explains, whether the whole cache agrees with it, the variants that
+    explain exactly the same) and the failing elements left. A candidate that explains part of
+    them explains ``CHANCE`` times more than its values shuffled among its offsets do."""
     n = int(fail.sum())
     least = max(MIN_ELEMENTS, int(np.ceil(MIN_SHARE * n)))
     scored = []
     for v, w in pool:
-        agree = c.agree(w, c.raw)
-        claims = agree & fail & ~c.agree(gold, c.left(w))
+        claims = _claims(c, gold, fail, w)
         if claims.any():
-            scored.append((v, claims, bool(agree.all())))
+            scored.append((v, w, claims, bool(c.agree(w, c.raw).all())))
     rest, chosen = fail.copy(), []
     while scored and len(chosen) < ROUNDS and rest.any():
-        gains = [int((claims & rest).sum()) for _, claims, _ in scored]
+        gains = [int((claims & rest).sum()) for _, _, claims, _ in scored]
         best = int(np.argmax(gains))
-        if gains[best] < min(least, int(rest.sum())) or gains[best] == 0:
+        gain, left = gains[best], int(rest.sum())
+        v, w, claims, whole = scored[best]
+        if gain == 0 or (gain < left and (gain < least or not _beyond_chance(c, gold, rest, w,
+                                                                              gain))):
             break
-        v, claims, whole = scored.pop(best)
-        chosen.append((v, claims & rest, whole))
+        mine = claims & rest
+        same = [x for x in scored if np.array_equal(x[2] & rest, mine)]
+        scored = [x for x in scored if not any(x is y for y in same)]
+        chosen.append((v, mine, whole, [x[0] for x in same if x[0] is not v]))
         rest &= ~claims
     return chosen, rest
 
 
-def _finding(c: _Cache, v, mine: np.ndarray, whole: bool, total: int, slots: int) -> Finding:
+def _claims(c: _Cache, gold: _Written, fail: np.ndarray, w: _Written) -> np.ndarray:
+    """The failing elements where the kernel agrees with a candidate and what the candidate
+    leaves would fail."""
+    return c.agree(w, c.raw) & fail & ~c.agree(gold, c.left(w))
+
+
+def _beyond_chance(c: _Cache, gold: _Written, rest: np.ndarray, w: _Written, gain: int) -> bool:
+    """A partial explanation is no coincidence (saturated codes agree anywhere): the candidate's
+    values shuffled among its offsets explain far fewer of the elements left."""
+    order = np.random.default_rng(0).permutation(w.values.size)
+    shuffled = _Written(w.offsets, w.values[order], None if w.S is None else w.S[order],
+                        w.rounding, w.saturate, w.zeroed)
+    return gain >= CHANCE * int((_claims(c, gold, rest, shuffled) & rest).sum()) + 1
+
+
+def _finding(c: _Cache, v, mine: np.ndarray, whole: bool, same: list, total: int,
+             slots: int) -> Finding:
     k, ks = int(mine.sum()), c.slots(mine)
+    summary = v.summary + (f" (or: {'; '.join(x.summary for x in same[:SAME])})" if same else "")
     if whole:
-        text = (f"{v.summary}: all {count(total)} failing elements ({count(slots)} slots) agree "
+        text = (f"{summary}: all {count(total)} failing elements ({count(slots)} slots) agree "
                 "with it, and every other element of the cache")
     else:
-        text = (f"{v.summary} on {count(k)} of the {count(total)} failing elements ({count(ks)} "
+        text = (f"{summary} on {count(k)} of the {count(total)} failing elements ({count(ks)} "
                 f"of the {count(slots)} slots that fail)")
-    return Finding(v.kind, text, k / total, {**v.detail, "explained": k, "slots": ks,
-                                            "failing_slots": slots})
+    detail = {**v.detail, "explained": k, "slots": ks, "failing_slots": slots}
+    if same:
+        detail["same_as"] = [{"kind": x.kind, "summary": x.summary, **x.detail} for x in same[:SAME]]
+    return Finding(v.kind, text, k / total, detail)
 
 
 def _left(c: _Cache, gold: _Written, rest: np.ndarray, total: int, slots: int) -> list[Finding]:
