@@ -206,8 +206,7 @@ def _cover(c: _Cache, gold: _Written, fail: np.ndarray, pool: list):
         best = int(np.argmax(gains))
         gain, left = gains[best], int(rest.sum())
         v, w, claims, whole = scored[best]
-        if gain == 0 or (gain < left and (gain < least or not _beyond_chance(c, gold, rest, w,
-                                                                              gain))):
+        if gain == 0 or (gain < left and (gain < least or not _beyond_chance(c, gold, rest, w))):
             break
         mine = claims & rest
         same = [x for x in scored if np.array_equal(x[2] & rest, mine)]
@@ -223,13 +222,18 @@ def _claims(c: _Cache, gold: _Written, fail: np.ndarray, w: _Written) -> np.ndar
     return c.agree(w, c.raw) & fail & ~c.agree(gold, c.left(w))
 
 
-def _beyond_chance(c: _Cache, gold: _Written, rest: np.ndarray, w: _Written, gain: int) -> bool:
-    """A partial explanation is no coincidence (saturated codes agree anywhere): the candidate's
-    values shuffled among its offsets explain far fewer of the elements left."""
+def _beyond_chance(c: _Cache, gold: _Written, rest: np.ndarray, w: _Written) -> bool:
+    """A partial explanation is no coincidence (saturated codes agree anywhere): at the offsets
+    the candidate writes, its values shuffled among them explain far fewer of the elements left
+    (what it explains where it leaves the cache as given is the given bits, never chance)."""
     order = np.random.default_rng(0).permutation(w.values.size)
     shuffled = _Written(w.offsets, w.values[order], None if w.S is None else w.S[order],
                         w.rounding, w.saturate, w.zeroed)
-    return gain >= CHANCE * int((_claims(c, gold, rest, shuffled) & rest).sum()) + 1
+    at = np.zeros(rest.size, bool)
+    at[w.offsets] = True
+    gain = int((_claims(c, gold, rest, w) & at).sum())
+    by_chance = int((_claims(c, gold, rest, shuffled) & at).sum())
+    return by_chance == 0 or gain >= CHANCE * by_chance + 1
 
 
 def _finding(c: _Cache, v, mine: np.ndarray, whole: bool, same: list, total: int,
