@@ -118,11 +118,9 @@ def round_value(x, dtype, rounding: str = "nearest", saturate: bool = True) -> n
     x = np.asarray(x, dtype=np.float64)
     dt = np.dtype(dtype)
     if dt == int8:
-        r = np.nan_to_num(np.trunc(x) if rounding == "toward_zero" else np.rint(x), nan=0.0)
-        if not saturate:
-            with np.errstate(invalid="ignore"):
-                return np.mod(np.clip(r, -2.0 ** 62, 2.0 ** 62) + 128.0, 256.0) - 128.0
-        return np.clip(r, -128.0, 127.0)
+        if rounding != "nearest" or not saturate:
+            return _int8_otherwise(x, rounding, saturate)
+        return np.clip(np.nan_to_num(np.rint(x), nan=0.0), -128.0, 127.0)
     mant, emin, top, away = _FLOAT8[dt]
     a = np.abs(x)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -130,14 +128,27 @@ def round_value(x, dtype, rounding: str = "nearest", saturate: bool = True) -> n
         e = np.maximum(e - 1, emin)                  # the binade of a, at least the grid's lowest
         quantum = np.ldexp(1.0, e - mant(e))
         n = a / quantum                              # exact: a power-of-two scaling
-        n = np.trunc(n) if rounding == "toward_zero" else np.floor(n + 0.5) if away else np.rint(n)
-        r = n * quantum
-        r = np.minimum(r, top) if saturate else np.where(
-            r > top, np.nan if dt == float8_e4m3fn else np.inf, r)   # saturation at the top
+        if rounding == "toward_zero":
+            n = np.trunc(n)
+        else:
+            n = np.floor(n + 0.5) if away else np.rint(n)
+        r = np.minimum(n * quantum, top)             # saturation at the largest finite value
+        if not saturate:                             # (an overflow instead)
+            r = np.where(n * quantum > top, np.nan if dt == float8_e4m3fn else np.inf, r)
     r = np.where(np.isnan(x), np.nan, np.copysign(r, x))
     if dt == hifloat8:
         r = r + 0.0                                  # HiFloat8 has no negative zero
     return r
+
+
+def _int8_otherwise(x: np.ndarray, rounding: str, saturate: bool) -> np.ndarray:
+    """int8 codes truncated (``rounding="toward_zero"``) and wrapped modulo 256 (two's
+    complement, ``saturate=False``) or saturated."""
+    r = np.nan_to_num(np.trunc(x) if rounding == "toward_zero" else np.rint(x), nan=0.0)
+    if saturate:
+        return np.clip(r, -128.0, 127.0)
+    with np.errstate(invalid="ignore"):
+        return np.mod(np.clip(r, -2.0 ** 62, 2.0 ** 62) + 128.0, 256.0) - 128.0
 
 
 def round_code(x, dtype, rounding: str = "nearest", saturate: bool = True) -> np.ndarray:
