@@ -1,9 +1,11 @@
 """Why a cache updated in place failed (docs/compare.md, "Diagnosis", "Caches"): the record's
 hypotheses (``Comparison.hypotheses``: ``refspec.ops.cache_hypotheses``, an attribute's other
-value), each evaluated by the spec and judged over the whole cache the way the cache comparison
-judges it (``judging.caches``): at the offsets the variant writes, its values by their class
-(quantised codes within the arithmetic error of their exact value, float values by the output's
-rule), everywhere else bit-identical to the cache the kernel was given.
+value), then, unless one of those explains the whole cache, those generated for every operator
+(``refspec.ops.hypotheses.GENERATED``: an input left out, its sign, ...), each evaluated by the
+spec and judged over the whole cache the way the cache comparison judges it
+(``judging.caches``): at the offsets the variant writes, its values by their class (quantised
+codes within the arithmetic error of their exact value, float values by the output's rule),
+everywhere else bit-identical to the cache the kernel was given.
 
 A variant explains a failing element of the cache where the kernel agrees with it there and
 what it leaves there would fail; the findings are a cover (at most ``ROUNDS``, the one that
@@ -19,6 +21,7 @@ from weakref import WeakKeyDictionary
 import numpy as np
 
 from ...ops.cache_hypotheses import SLOT_LETTERS, CacheWrite
+from ...ops.hypotheses import GENERATED, Variant
 from ...spec.dtypes import round_to
 from ...spec.errors import AclnnError
 from ...spec.quant_dtypes import decode, is_quant_dtype, round_code, round_value
@@ -28,7 +31,7 @@ from ..judging.quantised import arithmetic_error
 from ..judging.streaming import plan_blocks
 from .accuracy import _rounded_toward_zero
 from .cover import CHANCE, MIN_ELEMENTS, MIN_SHARE, ROUNDS, SAME
-from .findings import Finding, count
+from .findings import SPEC_VARIANTS, Finding, count
 
 __all__ = ["diagnose_cache", "CACHE_ELEMENTS"]
 
@@ -82,8 +85,9 @@ class _Cache:
         a = self._values(raw[at])
         if is_quant_dtype(self.dtype):
             e = arithmetic_error(w.S, self.golden.K, at.size)
-            lo = round_value(w.values - e, self.dtype, w.rounding, w.saturate)
-            hi = round_value(w.values + e, self.dtype, w.rounding, w.saturate)
+            with np.errstate(invalid="ignore"):
+                lo = round_value(w.values - e, self.dtype, w.rounding, w.saturate)
+                hi = round_value(w.values + e, self.dtype, w.rounding, w.saturate)
             near = (a == lo) | (a == hi) | ((lo <= hi) & (a >= lo) & (a <= hi))
         else:
             near = agrees(self.rule, self.golden.dtype_name, self.golden.K, a, raw[at],
@@ -103,6 +107,9 @@ class _Cache:
                                                   [self.shape[i] for i in pos])).size)
 
 
+#: zero written at the offsets the index names (a value never computed)
+_ZERO = Variant("zero", "zero written at the slots of the index (never computed?)",
+                {"written": 0}, None)
 #: per case (while it is alive): the spec's outputs and terms of each call evaluated
 _MEMOS: WeakKeyDictionary = WeakKeyDictionary()
 
@@ -125,32 +132,50 @@ def diagnose_cache(case, golden, actual, rule, record) -> list[Finding]:
     fail = ~c.agree(gold, c.raw)
     if not fail.any():
         return [_measured(golden, n)]
-    pool = [(v, w) for v, w in _candidates(case, record, c, name)]
-    chosen, rest = _cover(c, gold, fail, pool)
     total, slots = int(fail.sum()), c.slots(fail)
+    scored = []
+    for group, families in (("own", record.comparison.hypotheses), ("generated", GENERATED)):
+        pool = list(_candidates(case, record, c, name, group, families))
+        if group == "own":             # (before the generated ones: a fill is no computation)
+            pool.append((_ZERO, _Written(written, np.zeros(written.size), None)))
+        for v, w in pool:
+            claims = _claims(c, gold, fail, w)
+            if claims.any():
+                scored.append((v, w, claims, bool(c.agree(w, c.raw).all())))
+        if any(whole and claims.sum() == total for _, _, claims, whole in scored):
+            break                      # one of the record's own explains the whole cache
+    chosen, rest = _cover(c, gold, fail, scored)
     out = [_finding(c, v, mine, whole, same, total, slots) for v, mine, whole, same in chosen]
     if rest.any():
         out += _left(c, gold, rest, total, slots)
     return out
 
 
-def _candidates(case, record, c: _Cache, name: str):
-    """(variant, what it leaves written) of each of the record's hypotheses that applies to a
-    cache: the spec's values at the offsets its terms say it writes, moved where the
-    ``CacheWrite`` says."""
+def _candidates(case, record, c: _Cache, name: str, group: str, families):
+    """(variant, what it leaves written) of each hypothesis of ``families`` that applies to a
+    cache (at most ``SPEC_VARIANTS``): the spec's values at the offsets its terms say it
+    writes, moved where the ``CacheWrite`` says."""
     params = record.upgrade_params(case.params)
     try:
         memo = _MEMOS.setdefault(case, {})
     except TypeError:
         memo = {}
     call = record.call_of(params, dict(case.input_arrays()))
-    for fi, family in enumerate(record.comparison.hypotheses):
-        for vi, v in enumerate(family(record, call, params)):
+    tried = 0
+    for fi, family in enumerate(families):
+        try:
+            variants = family(record, call, params)
+        except (TypeError, ValueError):   # inputs it cannot vary (HiFloat8 caches have no sign)
+            continue
+        for vi, v in enumerate(variants):
             how = v.after if isinstance(v.after, CacheWrite) else None
             if v.parts or (v.after is not None and how is None):
                 continue
+            tried += 1
+            if tried > SPEC_VARIANTS:
+                return
             how = how or CacheWrite()
-            key = (fi, vi) if v.call is not call else "base"
+            key = (group, fi, vi) if v.call is not call else "base"
             if key not in memo:
                 memo[key] = _evaluate(record, v.call)
             got = memo[key]
@@ -188,18 +213,16 @@ def _evaluate(record, call):
     return None
 
 
-def _cover(c: _Cache, gold: _Written, fail: np.ndarray, pool: list):
-    """The candidates that explain most of the failing elements left, in turn: (variant, the
-    failing elements it explains, whether the whole cache agrees with it, the variants that
-    explain exactly the same) and the failing elements left. A candidate that explains part of
-    them explains ``CHANCE`` times more than its values shuffled among its offsets do."""
+def _cover(c: _Cache, gold: _Written, fail: np.ndarray, scored: list):
+    """The candidates ``scored`` ((variant, what it leaves, the failing elements it explains,
+    whether the whole cache agrees with it)) that explain most of the failing elements left,
+    in turn: (variant, the failing elements it explains, whether the whole cache agrees with it,
+    the variants that explain exactly the same) and the failing elements left. A candidate that
+    explains part of them explains ``CHANCE`` times more than its values shuffled among its
+    offsets do."""
     n = int(fail.sum())
     least = max(MIN_ELEMENTS, int(np.ceil(MIN_SHARE * n)))
-    scored = []
-    for v, w in pool:
-        claims = _claims(c, gold, fail, w)
-        if claims.any():
-            scored.append((v, w, claims, bool(c.agree(w, c.raw).all())))
+    scored = list(scored)
     rest, chosen = fail.copy(), []
     while scored and len(chosen) < ROUNDS and rest.any():
         gains = [int((claims & rest).sum()) for _, _, claims, _ in scored]
@@ -223,9 +246,10 @@ def _claims(c: _Cache, gold: _Written, fail: np.ndarray, w: _Written) -> np.ndar
 
 
 def _beyond_chance(c: _Cache, gold: _Written, rest: np.ndarray, w: _Written) -> bool:
-    """A partial explanation is no coincidence (saturated codes agree anywhere): at the offsets
-    the candidate writes, its values shuffled among them explain far fewer of the elements left
-    (what it explains where it leaves the cache as given is the given bits, never chance)."""
+    """A partial explanation is no coincidence (saturated codes agree anywhere; a token written
+    elsewhere leaves the slots it should have written as given, whatever went where): at the
+    offsets the candidate writes, it explains some of the elements left, and far more than its
+    values shuffled among them do."""
     order = np.random.default_rng(0).permutation(w.values.size)
     shuffled = _Written(w.offsets, w.values[order], None if w.S is None else w.S[order],
                         w.rounding, w.saturate, w.zeroed)
@@ -233,7 +257,7 @@ def _beyond_chance(c: _Cache, gold: _Written, rest: np.ndarray, w: _Written) -> 
     at[w.offsets] = True
     gain = int((_claims(c, gold, rest, w) & at).sum())
     by_chance = int((_claims(c, gold, rest, shuffled) & at).sum())
-    return by_chance == 0 or gain >= CHANCE * by_chance + 1
+    return gain >= CHANCE * by_chance + 1
 
 
 def _finding(c: _Cache, v, mine: np.ndarray, whole: bool, same: list, total: int,
