@@ -139,6 +139,15 @@ def test_a_cache_finding_says_what_the_kernel_did(kv_golden):
     assert row.to_dict()["diagnosis"][0]["detail"]["moved"] == "+1"
 
 
+def test_a_case_too_large_for_the_hypotheses_points_to_its_verdict(kv_golden, monkeypatch):
+    from refspec.comparator.diagnosis import cache_outputs
+    monkeypatch.setattr(cache_outputs, "SPEC_ELEMENTS", 100)
+    report = _run(kv_golden, "NEIGHBOUR_SLOT")
+    failing = [r for r in report.failures if r.comparison_class == "cache"]
+    assert failing and all(len(r.diagnosis) == 1 and r.diagnosis[0].kind == "unexplained" and
+                           "from its verdict only" in r.diagnosis[0].summary for r in failing)
+
+
 def test_truncated_and_wrapped_codes_of_the_spec_rounding():
     """round_value's mistaken roundings against numbers worked by hand: toward zero drops the
     fraction; an int8 code wraps as two's complement (-300 = -256 - 44 keeps its low byte -44,

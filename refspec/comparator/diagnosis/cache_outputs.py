@@ -11,8 +11,10 @@ A variant explains a failing element of the cache where the kernel agrees with i
 what it leaves there would fail; the findings are a cover (at most ``ROUNDS``, the one that
 explains most first), each saying the share of the failing elements and of the slots they lie
 in that it explains. Changes outside the index that no variant explains are an ``outside``
-finding (what they hold); written values that none explains are ``unexplained``. A cache larger
-than ``CACHE_ELEMENTS`` is not re-evaluated: its finding is measured from the verdict alone."""
+finding (what they hold); written values that none explains are ``unexplained``. A case whose
+inputs hold more than ``SPEC_ELEMENTS`` elements is not re-evaluated: its finding points to the
+verdict. The spec's outputs of a case are kept for its other cache while they hold at most
+``candidates.MEMO_ELEMENTS``."""
 
 from __future__ import annotations
 
@@ -31,12 +33,10 @@ from ..judging.quantised import arithmetic_error
 from ..judging.streaming import plan_blocks
 from .accuracy import _rounded_toward_zero
 from .cover import CHANCE, MIN_ELEMENTS, MIN_SHARE, ROUNDS, SAME
-from .findings import SPEC_VARIANTS, Finding, count
+from .candidates import MEMO_ELEMENTS
+from .findings import SPEC_ELEMENTS, SPEC_VARIANTS, Finding, count
 
-__all__ = ["diagnose_cache", "CACHE_ELEMENTS"]
-
-#: a cache with more elements than this is diagnosed from its verdict only
-CACHE_ELEMENTS = 1 << 22
+__all__ = ["diagnose_cache"]
 
 
 class _Written:
@@ -122,7 +122,8 @@ def diagnose_cache(case, golden, actual, rule, record) -> list[Finding]:
     exact = np.asarray(golden.exact[()], np.float64).reshape(-1)
     S = np.asarray(case.sum_abs[name][()], np.float64).reshape(-1) if name in case.sum_abs \
         else None
-    if n > CACHE_ELEMENTS or record is None:
+    if record is None or sum(int(np.prod(case.inputs[k].shape, dtype=np.int64))
+                             for k in case.input_names) > SPEC_ELEMENTS:
         return [_measured(golden, n)]
     given = np.ascontiguousarray(case.inputs[name][()]).reshape(-1)
     raw = np.concatenate([np.asarray(actual.read(k, f0, c)).reshape(-1)
@@ -176,9 +177,11 @@ def _candidates(case, record, c: _Cache, name: str, group: str, families):
                 return
             how = how or CacheWrite()
             key = (group, fi, vi) if v.call is not call else "base"
-            if key not in memo:
-                memo[key] = _evaluate(record, v.call)
-            got = memo[key]
+            got = memo[key] if key in memo else _evaluate(record, v.call)
+            held = 0 if got is None else sum(int(np.size(x)) for x in got[0].values())
+            if key not in memo and memo.get("elements", 0) + held <= MEMO_ELEMENTS:
+                memo[key] = got
+                memo["elements"] = memo.get("elements", 0) + held
             if got is None or name not in got[0] or name not in got[1]:
                 continue
             values, terms = got[0][name], got[1][name]
@@ -302,7 +305,7 @@ def _left(c: _Cache, gold: _Written, rest: np.ndarray, total: int, slots: int) -
 
 
 def _measured(golden, n: int) -> Finding:
-    """The finding of a cache not re-evaluated (too large, or its failures are the judge's
-    aggregate figures): its verdict's measurement."""
+    """The finding of a cache not re-evaluated (its case too large for the spec's hypotheses,
+    or no failing element found where the verdict found some): the verdict's statement."""
     return Finding("unexplained", f"the cache ({count(n)} elements) is diagnosed from its "
-                   "verdict only (see its message)", 0.0, {"failing": None, "read": 0})
+                   "verdict only (its message above)", 0.0, {"failing": None, "read": 0})
