@@ -99,12 +99,14 @@ def _step(by: int) -> Callable:
 
 
 def _exchanged(t, grid, own):
+    """Slot (p, q) of the (P, Q) grid written at (q mod P, p mod Q)."""
     P, Q = grid
     p, q = np.divmod(t, Q)
     return (q % P) * Q + p % Q
 
 
 def _transposed(t, grid, own):
+    """Slot number p*Q + q written at q*P + p (the grid numbered along its other axis)."""
     P, Q = grid
     return (t % Q) * P + t // Q
 
@@ -114,7 +116,7 @@ def slots(record, call: Call, params: dict) -> list[Variant]:
     caches = [a for a in _in_place(record, params) if sum(ch in SLOT_LETTERS for ch in a) == 2]
     if not caches:
         return []
-    outer = {"B": "batch", "K": "block"}.get(next(ch for ch in caches[0] if ch in "BK"), "block")
+    outer = {"B": "batch", "K": "block"}[next((ch for ch in caches[0] if ch in "BK"), "K")]
     o = outer[0]
     return [Variant("slot", "each token written one slot later (slot + 1)", {"moved": "+1"}, call,
                     after=CacheWrite(_move_slots(_step(1)))),
@@ -123,8 +125,9 @@ def slots(record, call: Call, params: dict) -> list[Variant]:
             Variant("slot", f"{outer} and slot exchanged (the token of {outer} {o}, slot s written "
                     f"at {outer} s, slot {o})", {"moved": f"{outer}<->slot"}, call,
                     after=CacheWrite(_move_slots(_exchanged))),
-            Variant("slot", f"the slots numbered {outer} by {outer} read slot by slot (page and "
-                    f"contiguous numbering confused: slot {o}*S + s written at s*{o.upper()} + {o})",
+            Variant("slot", f"the slots numbered {outer} by {outer} read slot by slot (page "
+                    f"and contiguous numbering confused: slot {o}*S + s written at "
+                    f"s*{o.upper()} + {o})",
                     {"moved": "transposed"}, call, after=CacheWrite(_move_slots(_transposed)))]
 
 

@@ -18,6 +18,7 @@ verdict. The spec's outputs of a case are kept for its other cache while they ho
 
 from __future__ import annotations
 
+from typing import NamedTuple
 from weakref import WeakKeyDictionary
 
 import numpy as np
@@ -32,20 +33,23 @@ from ..judging.caches import named_shape
 from ..judging.quantised import arithmetic_error
 from ..judging.streaming import plan_blocks
 from .accuracy import _rounded_toward_zero
-from .cover import CHANCE, MIN_ELEMENTS, MIN_SHARE, ROUNDS, SAME
 from .candidates import MEMO_ELEMENTS
+from .cover import CHANCE, MIN_ELEMENTS, MIN_SHARE, ROUNDS, SAME
 from .findings import SPEC_ELEMENTS, SPEC_VARIANTS, Finding, count
 
 __all__ = ["diagnose_cache"]
 
 
-class _Written:
+class _Written(NamedTuple):
     """What a candidate leaves in the cache: the flat offsets it writes, their exact values and
-    sums of |terms|, how they are rounded, the offsets it sets to 0."""
+    sums of |terms| (None: none), how they are rounded, the offsets it sets to 0 (or None)."""
 
-    def __init__(self, offsets, values, S, rounding="nearest", saturate=True, zeroed=None):
-        self.offsets, self.values, self.S = offsets, values, S
-        self.rounding, self.saturate, self.zeroed = rounding, saturate, zeroed
+    offsets: np.ndarray
+    values: np.ndarray
+    S: np.ndarray | None
+    rounding: str = "nearest"
+    saturate: bool = True
+    zeroed: np.ndarray | None = None
 
 
 class _Cache:
@@ -254,8 +258,7 @@ def _beyond_chance(c: _Cache, gold: _Written, rest: np.ndarray, w: _Written) -> 
     offsets the candidate writes, it explains some of the elements left, and far more than its
     values shuffled among them do."""
     order = np.random.default_rng(0).permutation(w.values.size)
-    shuffled = _Written(w.offsets, w.values[order], None if w.S is None else w.S[order],
-                        w.rounding, w.saturate, w.zeroed)
+    shuffled = w._replace(values=w.values[order], S=None if w.S is None else w.S[order])
     at = np.zeros(rest.size, bool)
     at[w.offsets] = True
     gain = int((_claims(c, gold, rest, w) & at).sum())
@@ -275,7 +278,8 @@ def _finding(c: _Cache, v, mine: np.ndarray, whole: bool, same: list, total: int
                 f"of the {count(slots)} slots that fail)")
     detail = {**v.detail, "explained": k, "slots": ks, "failing_slots": slots}
     if same:
-        detail["same_as"] = [{"kind": x.kind, "summary": x.summary, **x.detail} for x in same[:SAME]]
+        detail["same_as"] = [{"kind": x.kind, "summary": x.summary, **x.detail}
+                             for x in same[:SAME]]
     return Finding(v.kind, text, k / total, detail)
 
 
