@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import hypotheses
+from . import cache_hypotheses, hypotheses
 from ..spec.dequant_rope import dequant_rope_quant_kvcache, dequant_rope_quant_kvcache_terms
 from ..spec.dequant_rope_checks import CACHE_MODES, check_dequant_args
 from ..spec.dtypes import bfloat16, resolve_dtype
@@ -179,4 +179,8 @@ DEQUANT_ROPE_KV = Operator(
                           terms=keyword_terms(dequant_rope_quant_kvcache_terms, _TENSORS),
                           socs=("A2", "A3", None)),
     comparison=Comparison(context=("size_splits", "cache_mode", "x", "dequant", "dtype"),
-                          hypotheses=(hypotheses.other_values("cache_mode"),)))
+                          hypotheses=(*cache_hypotheses.CACHES,
+                                      cache_hypotheses.quantisation(("scale_k", "scale_v"),
+                                                                    ("offset_k", "offset_v"),
+                                                                    divides=True),
+                                      hypotheses.other_values("cache_mode"))))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import hypotheses
+from . import cache_hypotheses, hypotheses
 from ..spec.dtypes import resolve_dtype
 from ..spec.kv_cache import BLOCKED, CACHE_AXES, CACHE_MODES, LAYOUT_OF
 from ..spec.kv_norm_rope import (kv_rms_norm_rope_cache, kv_rms_norm_rope_cache_terms,
@@ -305,8 +305,12 @@ def _record(v2: bool) -> Operator:
                               socs=("A2", "A3", "950", None),
                               describe=_describe),
         comparison=Comparison(context=("cache_mode", "kcache", "ckvcache", "dtype"),
-                              hypotheses=(hypotheses.other_values("cache_mode"),)))
+                              hypotheses=(*cache_hypotheses.CACHES, _QUANTISATION,
+                                          hypotheses.other_values("cache_mode"))))
 
 
+#: KvRmsNormRopeCache's quantisation: the scale multiplies (docs/kv_rms_norm_rope_cache.md §1)
+_QUANTISATION = cache_hypotheses.quantisation(("k_rope_scale", "c_kv_scale"),
+                                              ("k_rope_offset", "c_kv_offset"), divides=False)
 KV_ROPE_CACHE = _record(False)
 KV_ROPE_CACHE_V2 = _record(True)

@@ -17,6 +17,7 @@ from ..spec.dtypes import resolve_dtype
 from ..spec.kv_cache import CACHE_AXES
 from ..spec.qkv_norm_rope import qkv_rms_norm_rope_cache, qkv_rms_norm_rope_cache_terms
 from ..spec.qkv_norm_rope_checks import check_qkv_args
+from . import cache_hypotheses
 from .axes import Axis, Shape, choice, dist_axis, dtype_axis, fault_axis, flag, soc_axis
 from .kv_cache_records import keyword_terms, sentinel_caches, slots_of, tensors_of
 from .record import Call, Comparison, Generation, Operator, Output, SweepAxes, Tensor, TensorPlan, Tensors
@@ -152,4 +153,8 @@ QKV_ROPE_CACHE = Operator(
     generation=Generation(plan=_plan, sample=_sample, check=_check,
                           terms=keyword_terms(qkv_rms_norm_rope_cache_terms, _TENSORS),
                           socs=("A2", "A3", None)),
-    comparison=Comparison(context=("head_nums", "kcache", "vcache", "dtype")))
+    comparison=Comparison(context=("head_nums", "kcache", "vcache", "dtype"),
+                          hypotheses=(cache_hypotheses.quantisation(("k_scale", "v_scale"),
+                                                                    ("k_offset", "v_offset"),
+                                                                    divides=True),
+                                      *cache_hypotheses.CACHES)))

@@ -106,12 +106,20 @@ def decode(codes) -> np.ndarray:
     return a.astype(np.float64)
 
 
-def round_value(x, dtype) -> np.ndarray:
+def round_value(x, dtype, rounding: str = "nearest", saturate: bool = True) -> np.ndarray:
     """The float64 value ``x`` rounds to in ``dtype`` (saturated; NaN stays NaN, int8 takes 0
-    for NaN): the one rounding of the module docstring."""
+    for NaN): the one rounding of the module docstring. The diagnosis asks for the roundings a
+    mistaken kernel does instead (docs/compare.md, "Diagnosis"): ``rounding="toward_zero"``
+    truncates (int8 ``trunc``, the float formats' quantum dropped); ``saturate=False`` lets a
+    value beyond the format wrap or overflow: int8 codes wrap modulo 256 (two's complement),
+    a float format's value becomes its infinity (NaN in float8_e4m3fn, which has none)."""
+    if rounding not in ("nearest", "toward_zero"):
+        raise ValueError(f"rounding {rounding!r}: allowed are 'nearest', 'toward_zero'")
     x = np.asarray(x, dtype=np.float64)
     dt = np.dtype(dtype)
     if dt == int8:
+        if rounding != "nearest" or not saturate:
+            return _int8_otherwise(x, rounding, saturate)
         return np.clip(np.nan_to_num(np.rint(x), nan=0.0), -128.0, 127.0)
     mant, emin, top, away = _FLOAT8[dt]
     a = np.abs(x)
@@ -120,23 +128,40 @@ def round_value(x, dtype) -> np.ndarray:
         e = np.maximum(e - 1, emin)                  # the binade of a, at least the grid's lowest
         quantum = np.ldexp(1.0, e - mant(e))
         n = a / quantum                              # exact: a power-of-two scaling
-        n = np.floor(n + 0.5) if away else np.rint(n)
+        if rounding == "toward_zero":
+            n = np.trunc(n)
+        else:
+            n = np.floor(n + 0.5) if away else np.rint(n)
         r = np.minimum(n * quantum, top)             # saturation at the largest finite value
+        if not saturate:                             # (an overflow instead)
+            r = np.where(n * quantum > top, np.nan if dt == float8_e4m3fn else np.inf, r)
     r = np.where(np.isnan(x), np.nan, np.copysign(r, x))
     if dt == hifloat8:
         r = r + 0.0                                  # HiFloat8 has no negative zero
     return r
 
 
-def round_code(x, dtype) -> np.ndarray:
-    """``x`` (float64) rounded once into ``dtype``: the array of codes."""
+def _int8_otherwise(x: np.ndarray, rounding: str, saturate: bool) -> np.ndarray:
+    """int8 codes truncated (``rounding="toward_zero"``) and wrapped modulo 256 (two's
+    complement, ``saturate=False``) or saturated."""
+    r = np.nan_to_num(np.trunc(x) if rounding == "toward_zero" else np.rint(x), nan=0.0)
+    if saturate:
+        return np.clip(r, -128.0, 127.0)
+    with np.errstate(invalid="ignore"):
+        return np.mod(np.clip(r, -2.0 ** 62, 2.0 ** 62) + 128.0, 256.0) - 128.0
+
+
+def round_code(x, dtype, rounding: str = "nearest", saturate: bool = True) -> np.ndarray:
+    """``x`` (float64) rounded once into ``dtype`` (``round_value``'s ``rounding`` and
+    ``saturate``): the array of codes."""
     dt = np.dtype(dtype)
-    r = round_value(x, dt)
+    r = round_value(x, dt, rounding, saturate)
     if dt != hifloat8:
         return r.astype(dt)                          # exact: r is a value of the format
     mag = np.abs(r)
     pos = np.searchsorted(_HIF8_SORTED, np.where(np.isnan(mag), 0.0, mag))
     codes = _HIF8_ORDER[np.minimum(pos, len(_HIF8_ORDER) - 1)].astype(np.uint8)
+    codes[np.isinf(mag)] = 0x6F                      # (an overflow, saturate=False)
     codes |= np.where(r < 0, 0x80, 0).astype(np.uint8)
     codes[np.isnan(r)] = 0x80
     return codes.view(hifloat8)

@@ -86,6 +86,88 @@ def test_broken_cache_kernels_fail_with_a_clear_verdict(kv_golden, bug):
         assert not any("outside the index" in r.reason for r in failing)
 
 
+#: the findings that name each broken kernel's mistake: (kind, what its detail says), any one
+NAMED = {"NEIGHBOUR_SLOT": (("slot", {"moved": "+1"}), ("index", {"read": "one ahead (+1)"})),
+         "BLOCK_SLOT_SWAPPED": (("slot", {"moved": ("block<->slot", "batch<->slot",
+                                                    "transposed")}),),
+         "NZ_AS_ND": (("layout", {"written": "ND", "layout": "NZ"}),),
+         "BLOCK_CLEARED": (("outside", {"cleared": "block"}),),
+         "SCALE_DIVIDED": (("quantisation", {"scale": ("divided", "multiplied")}),),
+         "OFFSET_SIGN": (("quantisation", {"offset": "negated"}),),
+         "TRUNCATION": (("rounding", {"mode": "toward_zero"}),),
+         "WRAP": (("quantisation", {"saturation": "wrap"}),)}
+#: the kinds a finding claims a mistake by (the others measure what is left)
+CLAIMS = ("slot", "layout", "quantisation", "rounding", "alternative", "index", "input", "sign",
+          "extent", "reduction")
+
+
+def _names(finding, bug) -> bool:
+    """The finding, or one named together with it (``same_as``), is one of the bug's."""
+    def one(kind, detail):
+        return any(kind == k and all(detail.get(key) in (v if isinstance(v, tuple) else (v,))
+                                     for key, v in want.items()) for k, want in NAMED[bug])
+    return one(finding.kind, finding.detail) or any(one(s["kind"], s) for s in
+                                                     finding.detail.get("same_as", []))
+
+
+@pytest.mark.parametrize("bug", OUTSIDE_BUGS + VALUE_BUGS)
+def test_broken_cache_kernels_are_diagnosed_with_their_mistake(kv_golden, bug):
+    """Every failing cache has findings; the first names the kernel's mistake on nearly every
+    one (what is left: the fractal caches of KvRmsNormRopeCache whose D is one tile wide, named
+    in another view by the cache comparison, and NaN codes; those get ``outside`` and
+    ``unexplained`` findings, never another mistake)."""
+    report = _run(kv_golden, bug)
+    failing = [r for r in report.failures if r.comparison_class == "cache"]
+    assert failing and all(r.diagnosis for r in failing)
+    named = [r for r in failing if _names(r.diagnosis[0], bug)]
+    assert len(named) >= 0.9 * len(failing), [(r.case_id, r.output, r.diagnosis[0].line())
+                                              for r in failing if r not in named][:3]
+    wrong = [(r.case_id, r.diagnosis[0].line()) for r in failing if r not in named
+             and r.diagnosis[0].kind in CLAIMS]
+    assert not wrong, wrong[:3]
+    first = named[0].diagnosis[0]
+    assert first.agreement == 1 and "every other element of the cache" in first.summary, first
+
+
+def test_a_cache_finding_says_what_the_kernel_did(kv_golden):
+    report = _run(kv_golden, "NEIGHBOUR_SLOT")
+    row = next(r for r in report.failures if "/cache_mode=PA/" in r.case_id and
+               r.output == "k_cache")
+    assert re.match(r"^slot: each token written one slot later \(slot \+ 1\): all [\d,]+ failing "
+                    r"elements \(\d+ slots\) agree with it, and every other element of the cache$",
+                    row.diagnosis[0].line()), row.diagnosis[0].line()
+    assert row.to_dict()["diagnosis"][0]["detail"]["moved"] == "+1"
+
+
+def test_a_case_too_large_for_the_hypotheses_points_to_its_verdict(kv_golden, monkeypatch):
+    from refspec.comparator.diagnosis import cache_outputs
+    monkeypatch.setattr(cache_outputs, "SPEC_ELEMENTS", 100)
+    report = _run(kv_golden, "NEIGHBOUR_SLOT")
+    failing = [r for r in report.failures if r.comparison_class == "cache"]
+    assert failing and all(len(r.diagnosis) == 1 and r.diagnosis[0].kind == "unexplained" and
+                           "from its verdict only" in r.diagnosis[0].summary for r in failing)
+
+
+def test_truncated_and_wrapped_codes_of_the_spec_rounding():
+    """round_value's mistaken roundings against numbers worked by hand: toward zero drops the
+    fraction; an int8 code wraps as two's complement (-300 = -256 - 44 keeps its low byte -44,
+    130 becomes 130 - 256); a float8 beyond its largest value overflows."""
+    from refspec.spec.quant_dtypes import float8_e5m2, int8, round_value
+    x = np.array([2.7, -2.7, 2.5, 130.4, -300.2, 127.6])
+    assert round_value(x, int8).tolist() == [3, -3, 2, 127, -128, 127]
+    assert round_value(x, int8, "toward_zero").tolist() == [2, -2, 2, 127, -128, 127]
+    assert round_value(x, int8, saturate=False).tolist() == [3, -3, 2, -126, -44, -128]
+    assert round_value(np.array([1.3]), float8_e4m3fn, "toward_zero").tolist() == [1.25]
+    assert round_value(np.array([1.3]), float8_e4m3fn).tolist() == [1.25]
+    assert round_value(np.array([1.4]), float8_e4m3fn, "toward_zero").tolist() == [1.375]
+    assert round_value(np.array([1.45]), float8_e4m3fn).tolist() == [1.5]
+    assert np.isnan(round_value(np.array([500.0]), float8_e4m3fn, saturate=False)).all()
+    assert round_value(np.array([-1e6]), float8_e5m2, saturate=False).tolist() == [-np.inf]
+    assert round_value(np.array([-1e6]), float8_e5m2).tolist() == [-57344.0]
+    with pytest.raises(ValueError, match="rounding 'up'"):
+        round_value(x, int8, "up")
+
+
 def test_wrapped_codes_are_named_with_the_value_they_should_saturate_to(kv_golden):
     report = _run(kv_golden, "WRAP")
     text = " ".join(r.message for r in report.failures)

@@ -33,6 +33,8 @@ import numpy as np
 
 from ... import ops
 from .accuracy import precision, roundings, twin_dtype
+from ...spec.terms import CACHE
+from .cache_outputs import diagnose_cache
 from .candidates import (copies, exact_terms, fills, hypotheses, multiples, own_hypotheses,
                          permutations, twins)
 from .cover import choose, explains_all
@@ -172,5 +174,8 @@ def _others(case, name: str, view: View, inputs: dict | None) -> dict:
 
 
 def diagnose_output(case, golden, actual, rule, metrics=None) -> list[Finding]:
-    """The diagnosis of one failing output (``read_subject``, then ``diagnose``)."""
+    """The diagnosis of one failing output (``read_subject``, then ``diagnose``; a cache
+    updated in place: ``cache_outputs.diagnose_cache``)."""
+    if golden.comparison_class == CACHE:
+        return diagnose_cache(case, golden, actual, rule, ops.find(case.op))
     return diagnose(read_subject(case, golden, actual, rule, ops.find(case.op), metrics))

@@ -23,6 +23,8 @@ __all__ = ["Finding", "Subject", "KINDS", "SPEC_ELEMENTS", "EXPLAINS", "DISTINCT
 #: never ranked so); a new kind is added here (``diagnose.CANDIDATES`` asks for its findings)
 KINDS = ["zero", "nonfinite", "constant", "copy", "extent", "input", "alternative", "reduction",
          "sign", "index", "permuted", "scale", "rounding", "dtype", "precision", "unexplained"]
+#: the kinds of a cache updated in place (``cache_outputs``: ``refspec.ops.cache_hypotheses``)
+KINDS += ["slot", "layout", "outside", "quantisation"]
 #: a case whose inputs hold more elements than this is not re-evaluated under hypotheses when
 #: no slice of it is (``views``)
 SPEC_ELEMENTS = 1 << 22

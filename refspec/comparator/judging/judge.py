@@ -69,7 +69,10 @@ def judge(job: JudgedOutput, context: str) -> OutputResult:
         return problem
     rule, golden = job.rule, job.golden
     if golden.comparison_class == CACHE:
-        return judge_cache(res, job)
+        res = judge_cache(res, job)
+        if res.status == "fail":
+            diagnosis(res, job)
+        return res
     heat = _heat(golden, job.options)
     try:
         m = measure(job.case, golden, job.actual, None if rule.ratio_level else rule,
