@@ -96,7 +96,8 @@ def element_offsets(slots: np.ndarray, layout: str, shape: tuple, c0: int | None
 def scatter(cache: np.ndarray, values: np.ndarray, offsets: np.ndarray, out_dtype=None) -> np.ndarray:
     """A copy of ``cache`` with ``values`` (float64, offsets' shape) written at ``offsets``
     (-1: not written): in the cache's dtype, each value rounded once (``out_dtype`` None), or in
-    ``out_dtype`` (``np.float64``: the exact values, the rest of the cache widened exactly)."""
+    ``out_dtype`` (``np.float64``: the exact values, the rest of the cache widened exactly); a
+    new C-ordered array whatever the cache's memory order."""
     keep = offsets >= 0
     if out_dtype is None:
         out = np.array(cache, copy=True)
@@ -107,6 +108,7 @@ def scatter(cache: np.ndarray, values: np.ndarray, offsets: np.ndarray, out_dtyp
         if out_dtype != np.float64:
             out = round_to(out, out_dtype)
         new = round_to(values[keep], out_dtype)
+    out = np.ascontiguousarray(out)       # offsets count in C order (a copy for any other order)
     out.reshape(-1)[offsets[keep]] = new                         # cache[scatter_idx] = value
     return out
 

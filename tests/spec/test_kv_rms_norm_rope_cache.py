@@ -386,6 +386,24 @@ def test_caches_as_their_writes_hold_the_whole_caches(mode):
         assert (got is None and w is None) or np.array_equal(raw(got), raw(w))
 
 
+@pytest.mark.parametrize("mode", ["Norm", "PA_BNSD", "PA_NZ"])
+def test_caches_in_any_memory_order_are_written_alike(mode):
+    """A cache in Fortran order or a strided view holds the same values as a C-ordered one:
+    the tokens are written into it all the same (the returned cache is a new array)."""
+    rng = np.random.default_rng(16)
+    kw = case(rng, mode, k_dtype=np.int8)
+    want = call(kw, is_output_kv=True)
+    want64 = call(kw, out_dtype=F64, is_output_kv=True)
+    doubled = np.repeat(kw["ckv_cache"], 2, axis=-1)
+    for other in ({"k_cache": np.asfortranarray(kw["k_cache"])},
+                  {"ckv_cache": doubled[..., ::2]}):
+        assert not next(iter(other.values())).flags["C_CONTIGUOUS"]
+        got, got64 = call({**kw, **other}, is_output_kv=True), call({**kw, **other}, out_dtype=F64,
+                                                                      is_output_kv=True)
+        for g, w in zip((*got[:2], *got64[:2]), (*want[:2], *want64[:2])):
+            assert g.dtype == w.dtype and np.array_equal(g.view(np.uint8), w.view(np.uint8))
+
+
 def test_norm_mode_batches_may_repeat_positions():
     rng = np.random.default_rng(13)
     kw = case(rng, "Norm", index=[[0, 1, 2], [0, 1, 2]])
