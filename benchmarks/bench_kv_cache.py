@@ -20,9 +20,17 @@ tokens' rows put at the slot mapping (PA_NZ: the fractal view of the cache), and
 four outputs and the float64 values of the written rows written with h5py; timed once as it is
 and once with the file fsynced at the end, as the golden writer fsyncs its file before renaming
 it into place. torch does less than refspec (no sums of absolute terms, no list of written
-offsets, no metadata, no validation), so the ratio is conservative. Target: the whole case no slower than torch (torch / refspec >= 1). The script
-prints the times, the ratios and whether torch's caches equal refspec's golden bit for bit; it
-asserts nothing.
+offsets, no metadata, no validation), so the ratio is conservative. Target: the whole case no
+slower than torch (torch / refspec >= 1). The script prints the times, the ratios and whether
+torch's caches equal refspec's golden bit for bit; it asserts nothing.
+
+Where refspec's time goes, in the same run (each step the best of ``--repeat``, one thread):
+drawing the inputs, computing the case (the spec's exact outputs with the caches as their
+writes, the terms, each output rounded once), writing it and closing the file (the index, the
+fsync and the rename); and the four cache arrays (the two caches before and after the call)
+written once as the golden writer stores them (``refspec.goldens.h5_objects.write_arrays``:
+chunks of 1 MiB, each with HDF5's Fletcher32 checksum), in the same chunks without a checksum,
+and as torch's script does (h5py, contiguous, no checksum), each into a new file (no fsync).
 """
 
 from __future__ import annotations
@@ -36,8 +44,10 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from refspec import goldens
-from refspec.goldens.cases import build_case
+from refspec import goldens, ops
+from refspec.goldens.cases import build_case, compute_case
+from refspec.goldens.format import LIBVER, chunk_shape, compression_filters
+from refspec.goldens.h5_objects import DatasetMaker, write_arrays
 
 from bench_generate import best, case_of, torch_one_thread
 from results import print_results
@@ -54,6 +64,59 @@ def refspec_case(case, path: Path, threads: int) -> None:
     with goldens.GoldenWriter(str(path), sweep_name="bench", sweep_definition="", sweep_seed=0,
                               force=True) as w:
         w.write_case(data)
+
+
+def steps(case, path: Path, repeat: int) -> dict:
+    """The whole case step by step (one thread), each step the best of ``repeat`` runs."""
+    op = ops.get(case.op)
+    times = {}
+    for _ in range(repeat):
+        t = [time.perf_counter()]
+        inputs = op.generation.sample(case.params, case.seed, None)
+        t.append(time.perf_counter())
+        data = compute_case(op, case.id, case.params, case.seed, inputs)
+        t.append(time.perf_counter())
+        w = goldens.GoldenWriter(str(path), sweep_name="bench", sweep_definition="",
+                                 sweep_seed=0, force=True)
+        w.write_case(data)
+        t.append(time.perf_counter())
+        w.close()
+        t.append(time.perf_counter())
+        for name, a, b in zip(("draw", "compute", "write", "close"), t, t[1:]):
+            times[name] = min(times.get(name, b - a), b - a)
+        del data, inputs
+    r = {f"refspec step: {k} s": v for k, v in times.items()}
+    data = build_case(case)
+    caches = {k: data.inputs[k] for k in ("k_cache", "ckv_cache")}
+    after = {k: data.expected[k] for k in caches}
+
+    def timed(write) -> float:
+        """The best time of ``write(f)`` into a new file (the last run's removed untimed)."""
+        times = []
+        for _ in range(repeat):
+            path.unlink(missing_ok=True)
+            t = time.perf_counter()
+            with h5py.File(path, "x", libver=LIBVER) as f:
+                write(f)
+            times.append(time.perf_counter() - t)
+        return min(times)
+
+    def golden_way(f):
+        maker = DatasetMaker(compression_filters(goldens.DEFAULT_COMPRESSION))
+        write_arrays(f, "inputs", caches, maker)
+        write_arrays(f, "expected", after, maker)
+
+    def plain_way(f, chunked=False):
+        for group, arrays in (("inputs", caches), ("expected", after)):
+            for name, a in arrays.items():
+                chunks = chunk_shape(a.shape, a.itemsize) if chunked else None
+                f.create_dataset(f"{group}/{name}", data=a.view(np.uint16), chunks=chunks)
+    r["the four cache arrays, golden writer's datasets (1 MiB chunks, Fletcher32) s"] = \
+        timed(golden_way)
+    r["the four cache arrays, h5py in the same chunks without a checksum s"] = \
+        timed(lambda f: plain_way(f, chunked=True))
+    r["the four cache arrays, h5py contiguous s"] = timed(plain_way)
+    return r
 
 
 # --- the torch script ---------------------------------------------------------------------------
@@ -141,6 +204,7 @@ def bench(mode: str, shape: dict, repeat: int, torch, tmp: Path) -> dict:
     r["refspec whole case + HDF5, 2 threads s"] = best(
         lambda: refspec_case(case, tmp / "r2.h5", 2), repeat)
     r["golden file MB"] = round((tmp / "r1.h5").stat().st_size / 1e6, 1)
+    r.update(steps(case, tmp / "s.h5", repeat))
     if torch is None:
         return r
     r["torch script + h5py, 1 thread s"] = best(lambda: torch_case(shape, mode, tmp / "t.h5",

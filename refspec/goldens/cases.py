@@ -9,8 +9,11 @@ and sampled per distribution, rounded once to the case dtype) and calls the spec
 - otherwise ``exact`` = the spec with ``out_dtype=np.float64`` and ``expected`` = each exact
   output rounded once (``refspec.spec.dtypes.round_to``) to its documented dtype, with the
   tolerance metadata of ``refspec.spec.terms`` and the axis letters of each output. A cache
-  updated in place keeps its whole expected value but only the exact values of the elements
-  the call writes (its terms' ``written`` offsets).
+  updated in place is asked of the spec with ``whole_caches=False``
+  (``refspec.spec.kv_cache.CacheWrites``: the cache given, the offsets written and their exact
+  values): it keeps its whole expected value (``CacheWrites.whole``, the written values
+  rounded once into a copy of the cache) but only the exact values of the elements the call
+  writes, and no whole cache is ever widened to float64.
 
 With ``threads`` > 1 a large case uses a thread pool of the standard library for the pieces
 that share nothing: drawing its tensors, the exact outputs beside the tolerance terms, and
@@ -31,6 +34,7 @@ import numpy as np
 from .. import ops
 from ..spec.dtypes import round_to
 from ..spec.errors import AclnnError
+from ..spec.kv_cache import CacheWrites
 from .sweep import Case
 
 __all__ = ["CaseData", "build_case", "compute_case", "probe", "regenerate_command",
@@ -85,22 +89,14 @@ def probe(params: dict) -> AclnnError | None:
     return ops.get(params["op"]).probe(params)
 
 
-def expected_outputs(op: ops.Operator, params: dict, exact: dict, pool=None, inputs=None,
-                     written=None) -> dict:
-    """Each exact output rounded once (half to even) to its documented dtype. An output
-    updated in place has its input's dtype; with ``written`` (its flat offsets the call
-    writes) only those are rounded into a copy of the input: the spec passes every other
-    element through exactly, so rounding it would give the input's own bits (and a whole
-    KV cache in float64 is hundreds of megabytes)."""
-    written = written or {}
-
+def expected_outputs(op: ops.Operator, params: dict, exact: dict, pool=None, inputs=None) -> dict:
+    """Each exact output rounded once (half to even) to its documented dtype; an output
+    updated in place (``CacheWrites``) is the cache given with the values written rounded
+    once to its dtype (the spec passes every other element through exactly)."""
     def one(k):
-        dtype = op.output_dtype(k, params["dtype"], inputs)
-        if k not in written or inputs is None or k not in op.in_place:
-            return round_to(exact[k], dtype)
-        out = np.array(inputs[k], copy=True)
-        out.reshape(-1)[written[k]] = round_to(exact[k].reshape(-1)[written[k]], dtype)
-        return out
+        if isinstance(exact[k], CacheWrites):
+            return exact[k].whole()
+        return round_to(exact[k], op.output_dtype(k, params["dtype"], inputs))
     names = list(exact)
     return dict(zip(names, (pool.map if pool else map)(one, names)))
 
@@ -115,23 +111,22 @@ def compute_case(op: ops.Operator, case_id: str, params: dict, seed: int, inputs
     side by side (the same bits)."""
     data = CaseData(case_id, op.id, params, seed, inputs)
     call = op.call_of(params, inputs)
+    caches = {"whole_caches": False} if op.in_place else {}
     try:
         if pool is None:
-            exact = op.call(call, out_dtype=np.float64)
+            exact = op.call(call, out_dtype=np.float64, **caches)
             terms = op.generation.terms(call)
         else:                                   # the two passes share nothing
             pending = pool.submit(op.generation.terms, call)
-            exact = op.call(call, out_dtype=np.float64)
+            exact = op.call(call, out_dtype=np.float64, **caches)
             terms = pending.result()
     except AclnnError as exc:
         data.error = exc
         return data
     data.terms = {k: terms[k] for k in exact}
-    written = {k: w for k in exact if (w := getattr(terms[k], "written", None)) is not None}
-    data.expected = expected_outputs(op, params, exact, pool, inputs, written)
-    data.exact = exact
-    for k, w in written.items():                 # a cache: the exact values it is written
-        data.exact[k] = exact[k].reshape(-1)[w]
+    data.expected = expected_outputs(op, params, exact, pool, inputs)
+    data.exact = {k: v.values if isinstance(v, CacheWrites) else v    # a cache: the exact values
+                  for k, v in exact.items()}                          # written, at terms' offsets
     data.axes = {k: op.output_axes(params, k) for k in exact}
     return data
 

@@ -443,11 +443,11 @@ class Operator:
         params = inspect.signature(self.spec).parameters
         return {a: attrs[a] if a in attrs else params[a].default for a in self.attributes}
 
-    def call(self, call: Call, out_dtype=None) -> dict:
-        """The spec function on a call (every tensor parameter passed, None when absent):
-        {output name: array} of the outputs it produces."""
+    def call(self, call: Call, out_dtype=None, **keywords) -> dict:
+        """The spec function on a call (every tensor parameter passed, None when absent, and
+        ``keywords``, e.g. ``whole_caches``): {output name: value} of the outputs it produces."""
         args = {t.name: call.inputs.get(t.name) for t in self.inputs}
-        result = self.spec(**args, **call.attrs, soc=call.soc, out_dtype=out_dtype)
+        result = self.spec(**args, **call.attrs, **keywords, soc=call.soc, out_dtype=out_dtype)
         values = result if isinstance(result, tuple) else (result,)
         return {o.name: v for o, v in zip(self.outputs, values) if v is not None}
 

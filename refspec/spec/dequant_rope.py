@@ -24,7 +24,7 @@ from .dequant_rope_checks import check_dequant_args
 from .dtypes import float16, round_to, to_float64
 from .enums import RopeMode
 from .errors import ParamInvalidError, ParamNullptrError, TilingError
-from .kv_cache import element_offsets, scatter, written
+from .kv_cache import cache_output, element_offsets, written
 from .kv_cache_checks import array_of, check_kind
 from .quant import dequant, quant_sum_abs, quant_value
 from .rope import ROPE_FORWARD
@@ -38,7 +38,7 @@ ROTATE = ROPE_FORWARD[RopeMode.HALF]
 
 class DequantRopeQuantKvcacheOutputs(NamedTuple):
     """qOut (B, S, Nq, D) or (B, Nq, D); kOut and vOut likewise with Nkv heads (None unless
-    kv_output); the caches after the call."""
+    kv_output); the caches after the call (``CacheWrites`` with ``whole_caches=False``)."""
 
     q_out: np.ndarray
     k_out: np.ndarray | None
@@ -100,7 +100,8 @@ def dequant_rope_quant_kvcache(x, cos, sin, k_cache, v_cache, indices, scale_k, 
                                offset_k=None, offset_v=None, weight_scale=None,
                                activation_scale=None, bias=None, size_splits=None,
                                quant_mode="static", layout="BSND", kv_output=False,
-                               cache_mode="contiguous", *, soc=None, out_dtype=None):
+                               cache_mode="contiguous", *, soc=None, out_dtype=None,
+                               whole_caches=True):
     """aclnnDequantRopeQuantKvcache: ``(q_out, k_out, v_out, k_cache, v_cache)``
     (docs/dequant_rope_quant_kvcache.md, Parameters, §1-§2).
 
@@ -108,7 +109,9 @@ def dequant_rope_quant_kvcache(x, cos, sin, k_cache, v_cache, indices, scale_k, 
     indices int32, (B,) in contiguous mode, ``(B*S,)`` in page mode. ``soc`` None checks what the
     math needs, "A2"/"A3" the profile's rules (§4). ``out_dtype`` None returns q/k/v in cos's
     dtype and the caches as int8, each rounded once; ``np.float64`` the exact values (the
-    caches: the values before rounding at the rows written).
+    caches: the values before rounding at the rows written). ``whole_caches=False`` returns
+    each cache as ``refspec.spec.kv_cache.CacheWrites`` (the cache given, the offsets written
+    and their exact values; its ``whole(out_dtype)`` is the cache returned otherwise).
     """
     out_dtype = check_out_dtype(out_dtype, "dequant_rope_quant_kvcache")
     a = check_dequant_args("dequant_rope_quant_kvcache", _tensors(
@@ -123,8 +126,8 @@ def dequant_rope_quant_kvcache(x, cos, sin, k_cache, v_cache, indices, scale_k, 
     for cache, values, name in ((a.t["k_cache"], k_out, "k"), (a.t["v_cache"], v, "v")):
         quantised = quant_value(values, *_quant(a, name), divide=True)  # Quant(kOut, scaleK, offsetK)
         T = a.sizes["B"] * a.sizes["S"]
-        caches.append(scatter(cache, quantised.reshape(T, a.sizes["Nkv"], a.sizes["D"]),
-                              _offsets(a, cache), out_dtype))          # kCacheRef[...] = quantK
+        caches.append(cache_output(cache, quantised.reshape(T, a.sizes["Nkv"], a.sizes["D"]),
+                                   _offsets(a, cache), out_dtype, whole_caches))  # kCacheRef[...] = quantK
     dt = output_dtype(a.t["cos"].dtype, out_dtype)
     kv = (_shaped(round_to(k_out, dt), a), _shaped(round_to(v, dt), a)) if a.kv_output else (None, None)
     return DequantRopeQuantKvcacheOutputs(_shaped(round_to(q_out, dt), a), *kv, *caches)

@@ -19,16 +19,21 @@ cache's memory:
 offsets of its elements, ``scatter`` writes values into a copy of the cache (the input is
 never changed): the golden is the whole cache after the call, and the flat offsets written are
 what a comparator needs to tell the written elements from the ones that must stay as given.
+``cache_output`` is what a spec function returns for a cache: the whole cache, or (asked with
+``whole_caches=False``) ``CacheWrites``, the cache as given with the offsets written and their
+exact values beside it: the same result, without a copy of the whole cache in float64.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numpy as np
 
 from .dtypes import round_to, to_float64
 
 __all__ = ["CACHE_MODES", "PAGED", "BLOCKED", "NZ_MODES", "LAYOUT_OF", "CACHE_AXES", "nz_width",
-           "token_slots", "element_offsets", "scatter", "written"]
+           "token_slots", "element_offsets", "scatter", "written", "CacheWrites", "cache_output"]
 
 #: KvRmsNormRopeCache's cache modes (the document's names; PA and PA_BNSD are the same mode)
 CACHE_MODES = ("Norm", "PA", "PA_BNSD", "PA_NZ", "PA_BLK_BNSD", "PA_BLK_NZ")
@@ -91,7 +96,8 @@ def element_offsets(slots: np.ndarray, layout: str, shape: tuple, c0: int | None
 def scatter(cache: np.ndarray, values: np.ndarray, offsets: np.ndarray, out_dtype=None) -> np.ndarray:
     """A copy of ``cache`` with ``values`` (float64, offsets' shape) written at ``offsets``
     (-1: not written): in the cache's dtype, each value rounded once (``out_dtype`` None), or in
-    ``out_dtype`` (``np.float64``: the exact values, the rest of the cache widened exactly)."""
+    ``out_dtype`` (``np.float64``: the exact values, the rest of the cache widened exactly); a
+    new C-ordered array whatever the cache's memory order."""
     keep = offsets >= 0
     if out_dtype is None:
         out = np.array(cache, copy=True)
@@ -102,6 +108,7 @@ def scatter(cache: np.ndarray, values: np.ndarray, offsets: np.ndarray, out_dtyp
         if out_dtype != np.float64:
             out = round_to(out, out_dtype)
         new = round_to(values[keep], out_dtype)
+    out = np.ascontiguousarray(out)       # offsets count in C order (a copy for any other order)
     out.reshape(-1)[offsets[keep]] = new                         # cache[scatter_idx] = value
     return out
 
@@ -113,3 +120,29 @@ def written(offsets: np.ndarray, per_value=None) -> tuple:
     flat = offsets[keep]
     order = np.argsort(flat, kind="stable")
     return flat[order], None if per_value is None else np.asarray(per_value)[keep][order]
+
+
+class CacheWrites(NamedTuple):
+    """A cache after the call, held as the cache given and what the call writes into it:
+    ``cache`` the input (unchanged; every element not written keeps its value, exact in the
+    cache's own dtype), ``offsets`` the flat offsets written, ascending (``written``), and
+    ``values`` the exact (float64) values written there, in the same order."""
+
+    cache: np.ndarray
+    offsets: np.ndarray
+    values: np.ndarray
+
+    def whole(self, out_dtype=None) -> np.ndarray:
+        """The whole cache after the call, as the spec function returns it with
+        ``whole_caches=True`` and this ``out_dtype`` (``scatter``)."""
+        return scatter(self.cache, self.values, self.offsets, out_dtype)
+
+
+def cache_output(cache: np.ndarray, values: np.ndarray, offsets: np.ndarray, out_dtype=None,
+                 whole_caches: bool = True):
+    """A spec function's cache output: ``scatter``'s whole cache (``whole_caches``), else the
+    cache given and what is written into it (``CacheWrites``, the values exact whatever
+    ``out_dtype``)."""
+    if whole_caches:
+        return scatter(cache, values, offsets, out_dtype)
+    return CacheWrites(cache, *written(offsets, values))

@@ -23,7 +23,7 @@ from .blocks import by_blocks
 from .checks import check_out_dtype, output_dtype
 from .dtypes import round_to
 from .enums import RopeMode
-from .kv_cache import element_offsets, nz_width, scatter, written
+from .kv_cache import cache_output, element_offsets, nz_width, written
 from .kv_norm_rope_checks import check_kv_cache_args
 from .quant import quant_sum_abs, quant_value
 from .rmsnorm import rms_norm, rms_norm_sum_abs
@@ -38,8 +38,9 @@ ROTATE = ROPE_FORWARD[RopeMode.INTERLEAVE_HALF]
 
 
 class KvRmsNormRopeCacheOutputs(NamedTuple):
-    """The caches after the call (whole, in their dtypes) and, when is_output_kv is set and takes
-    effect, k_rope (the rotated k part) and c_kv (the normalised part, V2: v), else None."""
+    """The caches after the call (whole, in their dtypes; ``CacheWrites`` when asked with
+    ``whole_caches=False``) and, when is_output_kv is set and takes effect, k_rope (the
+    rotated k part) and c_kv (the normalised part, V2: v), else None."""
 
     k_cache: np.ndarray
     ckv_cache: np.ndarray
@@ -93,14 +94,16 @@ def _offsets(a, cache):
     return element_offsets(a.slots.reshape(-1), a.sizes["layout"], cache.shape, nz_width(cache.dtype))
 
 
-def _kv_rms_norm_rope_cache(op, tensors, epsilon, cache_mode, is_output_kv, soc, out_dtype):
+def _kv_rms_norm_rope_cache(op, tensors, epsilon, cache_mode, is_output_kv, soc, out_dtype,
+                            whole_caches):
     out_dtype = check_out_dtype(out_dtype, op)
     a = check_kv_cache_args(op, tensors, epsilon, cache_mode, is_output_kv, soc)
     k, c = _values(a)
     caches = []
     for cache, values, quant in ((a.k_cache, k, a.k_quant), (a.ckv_cache, c, a.c_quant)):
         q = _tokens(_quantised(values, quant))
-        caches.append(scatter(cache, q, _offsets(a, cache), out_dtype))   # cache[scatter_idx] = Quant(x)
+        offsets = _offsets(a, cache)
+        caches.append(cache_output(cache, q, offsets, out_dtype, whole_caches))  # cache[scatter_idx] = Quant(x)
     dt = output_dtype(a.kv.dtype, out_dtype)
     extra = (round_to(k, dt), round_to(c, dt)) if a.outputs_kv else (None, None)   # k_rope, c_kv
     return KvRmsNormRopeCacheOutputs(*caches, *extra)
@@ -108,7 +111,8 @@ def _kv_rms_norm_rope_cache(op, tensors, epsilon, cache_mode, is_output_kv, soc,
 
 def kv_rms_norm_rope_cache(kv, gamma, cos, sin, index, k_cache, ckv_cache, k_rope_scale=None,
                            c_kv_scale=None, k_rope_offset=None, c_kv_offset=None, epsilon=1e-5,
-                           cache_mode="Norm", is_output_kv=False, *, soc=None, out_dtype=None):
+                           cache_mode="Norm", is_output_kv=False, *, soc=None, out_dtype=None,
+                           whole_caches=True):
     """aclnnKvRmsNormRopeCache (V1, kv merged): ``(k_cache, ckv_cache, k_rope, c_kv)``
     (docs/kv_rms_norm_rope_cache.md, Parameters, §1-§2).
 
@@ -120,25 +124,29 @@ def kv_rms_norm_rope_cache(kv, gamma, cos, sin, index, k_cache, ckv_cache, k_rop
     ``soc`` None checks what the math needs, "A2"/"A3"/"950" the profile's rules (§4).
     ``out_dtype`` None returns each output in its dtype, rounded once; ``np.float64`` the exact
     values (a quantised cache: the value before rounding at the slots written).
+    ``whole_caches=False`` returns each cache as ``refspec.spec.kv_cache.CacheWrites``: the
+    cache given, the flat offsets written and their exact values (its ``whole(out_dtype)`` is
+    the cache returned otherwise), as a golden stores them, without a float64 copy of the cache.
     """
     tensors = _tensors(kv, gamma, cos, sin, index, k_cache, ckv_cache, k_rope_scale, c_kv_scale,
                        k_rope_offset, c_kv_offset, None)
     return _kv_rms_norm_rope_cache("kv_rms_norm_rope_cache", tensors, epsilon, cache_mode,
-                                   is_output_kv, soc, out_dtype)
+                                   is_output_kv, soc, out_dtype, whole_caches)
 
 
 def kv_rms_norm_rope_cache_v2(kv, gamma, cos, sin, index, k_cache, ckv_cache, k_rope_scale=None,
                               c_kv_scale=None, k_rope_offset=None, c_kv_offset=None, v=None,
                               epsilon=1e-5, cache_mode="Norm", is_output_kv=False, *, soc=None,
-                              out_dtype=None):
+                              out_dtype=None, whole_caches=True):
     """aclnnKvRmsNormRopeCacheV2: V1 when ``v`` is None (the API's backward compatibility),
     else kv and v separate (V2): kv (B, N, S, Dk) is normalised whole and its first cos-width
     values rotated (to k_cache, D = Dk), v (B, N, S, Dv) goes to ckv_cache as it is (quantised
-    when c_kv_scale is given); c_kv is then v (docs/kv_rms_norm_rope_cache.md, §1-§2)."""
+    when c_kv_scale is given); c_kv is then v (docs/kv_rms_norm_rope_cache.md, §1-§2).
+    ``soc``, ``out_dtype`` and ``whole_caches`` as in ``kv_rms_norm_rope_cache``."""
     tensors = _tensors(kv, gamma, cos, sin, index, k_cache, ckv_cache, k_rope_scale, c_kv_scale,
                        k_rope_offset, c_kv_offset, v)
     return _kv_rms_norm_rope_cache("kv_rms_norm_rope_cache_v2", tensors, epsilon, cache_mode,
-                                   is_output_kv, soc, out_dtype)
+                                   is_output_kv, soc, out_dtype, whole_caches)
 
 
 def _sums(a) -> tuple:

@@ -19,7 +19,7 @@ from .blocks import by_blocks
 from .checks import check_out_dtype, output_dtype
 from .dtypes import round_to, to_float64
 from .enums import RopeMode
-from .kv_cache import element_offsets, nz_width, scatter, written
+from .kv_cache import cache_output, element_offsets, nz_width, written
 from .qkv_norm_rope_checks import check_qkv_args
 from .quant import quant_sum_abs, quant_value
 from .rmsnorm import rms_norm, rms_norm_sum_abs
@@ -33,9 +33,9 @@ ROTATE = ROPE_FORWARD[RopeMode.HALF]
 
 
 class QkvRmsNormRopeCacheOutputs(NamedTuple):
-    """q_out ``(B*S, Nq*D)``, the caches after the call, and when is_output_qkv the values before
-    quantisation and scatter (q's is q_out; k's ``(B*S, Nk*D)``, v's ``(B*S, Nv*D)``), else
-    None."""
+    """q_out ``(B*S, Nq*D)``, the caches after the call (``CacheWrites`` with
+    ``whole_caches=False``), and when is_output_qkv the values before quantisation and scatter
+    (q's is q_out; k's ``(B*S, Nk*D)``, v's ``(B*S, Nv*D)``), else None."""
 
     q_out: np.ndarray
     k_cache: np.ndarray
@@ -86,13 +86,15 @@ def _offsets(a, cache, heads):
 def qkv_rms_norm_rope_cache(qkv, q_gamma, k_gamma, cos, sin, index, k_cache, v_cache,
                             k_scale=None, v_scale=None, k_offset=None, v_offset=None,
                             qkv_size=None, head_nums=None, epsilon=1e-6, cache_mode="PA_NZ",
-                            is_output_qkv=False, *, soc=None, out_dtype=None):
+                            is_output_qkv=False, *, soc=None, out_dtype=None, whole_caches=True):
     """aclnnQkvRmsNormRopeCache: ``(q_out, k_cache, v_cache, q_out_before_quant,
     k_out_before_quant, v_out_before_quant)`` (docs/qkv_rms_norm_rope_cache.md, Parameters,
     §1-§2). ``qkv_size`` = [B, S, N, D] and ``head_nums`` = [Nq, Nk, Nv] are required; the
     API's q_out buffer is not an argument (every row of it is written). ``soc`` None checks
     what the math needs, "A2"/"A3" the profile's rules (§4); ``out_dtype`` None returns each
-    output in its dtype rounded once, ``np.float64`` the exact values."""
+    output in its dtype rounded once, ``np.float64`` the exact values. ``whole_caches=False``
+    returns each cache as ``refspec.spec.kv_cache.CacheWrites`` (the cache given, the offsets
+    written and their exact values; its ``whole(out_dtype)`` is the cache returned otherwise)."""
     out_dtype = check_out_dtype(out_dtype, "qkv_rms_norm_rope_cache")
     a = check_qkv_args("qkv_rms_norm_rope_cache", _tensors(
         qkv, q_gamma, k_gamma, cos, sin, index, k_cache, v_cache, k_scale, v_scale, k_offset,
@@ -106,7 +108,8 @@ def qkv_rms_norm_rope_cache(qkv, q_gamma, k_gamma, cos, sin, index, k_cache, v_c
                                        ("v_cache", v64, a.v_quant, a.sizes["Nv"])):
         scale, offset = (None if p is None else to_float64(p) for p in quant)
         quantised = quant_value(values, scale, offset, divide=True)     # kQuant = kRoPE / kScale + kOffset
-        caches.append(scatter(a.t[name], quantised, _offsets(a, a.t[name], heads), out_dtype))
+        offsets = _offsets(a, a.t[name], heads)
+        caches.append(cache_output(a.t[name], quantised, offsets, out_dtype, whole_caches))
     dt = output_dtype(a.t["qkv"].dtype, out_dtype)
     T = q.shape[0]
     q_out = round_to(q_embed.reshape(T, -1), dt)

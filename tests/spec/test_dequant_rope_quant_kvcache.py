@@ -172,6 +172,22 @@ def test_rows_not_named_keep_their_values():
     assert not np.array_equal(out.k_cache[rows], kw["k_cache"][rows])
 
 
+@pytest.mark.parametrize("mode", ["contiguous", "page"])
+def test_caches_as_their_writes_hold_the_whole_caches(mode):
+    """whole_caches=False: the cache given, the rows written (ascending offsets) with the
+    oracle's exact values, and ``whole(out_dtype)`` the cache returned otherwise."""
+    rng = np.random.default_rng(5)
+    kw = case(rng, mode=mode)
+    parts = call(kw, out_dtype=F64, whole_caches=False)
+    want = oracle(**kw)
+    for i, name in ((3, "k_cache"), (4, "v_cache")):
+        p = getattr(parts, name)
+        assert p.cache is kw[name] and np.all(np.diff(p.offsets) > 0)
+        np.testing.assert_allclose(p.values, want[i].reshape(-1)[p.offsets], rtol=1e-13, atol=1e-12)
+        assert np.array_equal(p.whole(F64), call(kw, out_dtype=F64)[i])
+        assert np.array_equal(p.whole(), call(kw)[i]) and p.whole().dtype == np.int8
+
+
 def test_rope_quant_kvcache_is_the_special_case():
     rng = np.random.default_rng(5)
     kw = case(rng, S=1, offsets=False)

@@ -359,6 +359,51 @@ def test_inputs_are_not_changed():
         assert np.array_equal(v.view(np.uint8), np.asarray(kw[k]).view(np.uint8)), k
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_caches_as_their_writes_hold_the_whole_caches(mode):
+    """whole_caches=False: each cache is the cache given (the caller's array, unchanged), the
+    offsets written ascending, the oracle's exact values there, every other element the
+    cache's own; ``whole(out_dtype)`` is the cache returned otherwise, bit for bit."""
+    def raw(a):
+        return np.ascontiguousarray(a).view(np.uint8)
+    rng = np.random.default_rng(15)
+    kw = case(rng, mode, k_dtype=np.int8)
+    before = {k: np.array(kw[k], copy=True) for k in ("k_cache", "ckv_cache")}
+    parts = call(kw, out_dtype=F64, is_output_kv=True, whole_caches=False)
+    want = oracle(**{k: kw[k] for k in ("kv", "gamma", "cos", "sin", "index", "k_cache",
+                                         "ckv_cache")}, k_scale=kw["k_rope_scale"], mode=mode)
+    exact, rounded = call(kw, out_dtype=F64, is_output_kv=True), call(kw, is_output_kv=True)
+    for i, name in enumerate(("k_cache", "ckv_cache")):
+        p = getattr(parts, name)
+        assert p.cache is kw[name] and np.array_equal(raw(p.cache), raw(before[name]))
+        assert np.all(np.diff(p.offsets) > 0) and p.values.dtype == F64
+        np.testing.assert_allclose(p.values, want[i].reshape(-1)[p.offsets], rtol=1e-13, atol=1e-12)
+        others = np.delete(want[i].reshape(-1), p.offsets)
+        assert np.array_equal(others, np.delete(np.asarray(before[name], F64).reshape(-1), p.offsets))
+        assert np.array_equal(raw(p.whole(F64)), raw(exact[i]))
+        assert np.array_equal(raw(p.whole()), raw(rounded[i])) and p.whole().dtype == before[name].dtype
+    for got, w in zip(parts[2:], exact[2:]):
+        assert (got is None and w is None) or np.array_equal(raw(got), raw(w))
+
+
+@pytest.mark.parametrize("mode", ["Norm", "PA_BNSD", "PA_NZ"])
+def test_caches_in_any_memory_order_are_written_alike(mode):
+    """A cache in Fortran order or a strided view holds the same values as a C-ordered one:
+    the tokens are written into it all the same (the returned cache is a new array)."""
+    rng = np.random.default_rng(16)
+    kw = case(rng, mode, k_dtype=np.int8)
+    want = call(kw, is_output_kv=True)
+    want64 = call(kw, out_dtype=F64, is_output_kv=True)
+    doubled = np.repeat(kw["ckv_cache"], 2, axis=-1)
+    for other in ({"k_cache": np.asfortranarray(kw["k_cache"])},
+                  {"ckv_cache": doubled[..., ::2]}):
+        assert not next(iter(other.values())).flags["C_CONTIGUOUS"]
+        got, got64 = call({**kw, **other}, is_output_kv=True), call({**kw, **other}, out_dtype=F64,
+                                                                      is_output_kv=True)
+        for g, w in zip((*got[:2], *got64[:2]), (*want[:2], *want64[:2])):
+            assert g.dtype == w.dtype and np.array_equal(g.view(np.uint8), w.view(np.uint8))
+
+
 def test_norm_mode_batches_may_repeat_positions():
     rng = np.random.default_rng(13)
     kw = case(rng, "Norm", index=[[0, 1, 2], [0, 1, 2]])

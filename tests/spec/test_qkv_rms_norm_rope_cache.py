@@ -130,6 +130,24 @@ def test_every_index_minus_1_leaves_the_caches_and_q_out_does_not_depend_on_it()
     assert np.array_equal(bits(out.q_out), bits(base.q_out))
 
 
+def test_caches_as_their_writes_hold_the_whole_caches():
+    """whole_caches=False: the cache given, the elements written (ascending offsets) with the
+    oracle's exact values, and ``whole(out_dtype)`` the cache returned otherwise."""
+    def raw(a):
+        return np.ascontiguousarray(a).view(np.uint8)
+    rng = np.random.default_rng(5)
+    kw = case(rng, k_quant=True, v_quant=False)
+    parts = call(kw, out_dtype=F64, whole_caches=False)
+    want = oracle(**kw)
+    exact, rounded = call(kw, out_dtype=F64), call(kw)
+    for i, name in ((1, "k_cache"), (2, "v_cache")):
+        p = getattr(parts, name)
+        assert p.cache is kw[name] and np.all(np.diff(p.offsets) > 0)
+        np.testing.assert_allclose(p.values, want[i].reshape(-1)[p.offsets], rtol=1e-13, atol=1e-12)
+        assert np.array_equal(raw(p.whole(F64)), raw(exact[i]))
+        assert np.array_equal(raw(p.whole()), raw(rounded[i])) and p.whole().dtype == kw[name].dtype
+
+
 def test_terms():
     rng = np.random.default_rng(4)
     kw = case(rng, k_quant=True, v_quant=False)
