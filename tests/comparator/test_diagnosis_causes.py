@@ -149,3 +149,30 @@ def test_a_few_elements_matched_by_chance_on_a_noisy_correct_output_are_no_bug(t
     for r in failures:
         assert [f.kind for f in r.diagnosis] == ["unexplained"], [f.line() for f in r.diagnosis]
         assert r.diagnosis[0].detail["failing"] == r.metrics.failures
+
+
+def test_a_tie_with_a_hypothesis_evaluated_for_another_output_is_broken_by_the_vocabulary():
+    """NormRopeConcatBackward rotating Sr - 1 positions: grad_encoder_key's stream lies wholly
+    at the last position, so `rope_type none` (the record's own hypothesis, asked first)
+    explains it exactly as the rotated part one row short does; grad_key's search evaluated the
+    latter, and the tie goes to it (``extent`` ranks first), the other named with it."""
+    rng = np.random.default_rng(16)
+    B, N, D, Sq, Sk, Seq, Sek, Sr = 1, 2, 8, 3, 4, 2, 2, 5
+    theta = rng.uniform(0, 6.3, (Sr, D // 2))
+    theta = np.concatenate([theta, theta], -1)
+    args = dict(grad_query_output=rng.standard_normal((B, N, Sq + Seq, D)).astype(np.float32),
+                grad_key_output=rng.standard_normal((B, N, Sk + Sek, D)).astype(np.float32),
+                grad_value_output=rng.standard_normal((B, N, Sk + Sek, D)).astype(np.float32),
+                query=rng.standard_normal((B, Sq, N, D)).astype(np.float32),
+                key=rng.standard_normal((B, Sk, N, D)).astype(np.float32),
+                encoder_query=rng.standard_normal((B, Seq, N, D)).astype(np.float32),
+                encoder_key=rng.standard_normal((B, Sek, N, D)).astype(np.float32),
+                rope_cos=np.cos(theta).astype(np.float32), rope_sin=np.sin(theta).astype(np.float32),
+                rope_type=2)
+    case = spec_case("nrc_grad", soc="A2", **args)
+    actual = _run(corpus.nrcg_sr_off_by_one, case, **args)
+    failures = {r.output: r for r in compare(case, actual).failures}
+    first, lines = _first(failures["grad_encoder_key"])
+    assert (first.kind, first.detail.get("extent"), first.agreement) == ("extent", "one short", 1.0), \
+        lines
+    assert "rope_type none" in first.summary, lines
