@@ -9,8 +9,8 @@ reads (and, for a mistake in how it writes, an index permutation of what it comp
 ``generated`` makes the same hypotheses for every operator from what its record declares: the
 letters of each tensor's axes (``Tensor.axes``), how it rotates (``Comparison.rotation``:
 which inputs it rotates, its cos and sin tables, the size of a head, where its rotated part
-ends). A record adds hypotheses of its own in ``Comparison.hypotheses`` (``other_values``: a
-wrong attribute; ``reread_layout``: the bytes of one layout read as another).
+ends). A record adds hypotheses of its own in ``Comparison.hypotheses`` (``refspec.ops.variants``:
+a wrong attribute, a statistic over another axis, the bytes of one layout read as another).
 
 The families (each variant's ``kind`` and ``detail``, docs/compare.md "The vocabulary"):
 
@@ -35,88 +35,10 @@ import numpy as np
 
 from .head_orders import ORDERS, READS, along_heads, head_maps, heads_after
 from .record import Call, TablePart
+from .variants import Variant, other_axes, other_values, replaced_inputs, reread_layout
 
-__all__ = ["Variant", "other_values", "reread_layout", "replaced_inputs", "generated",
-           "GENERATED"]
-
-
-class Variant(NamedTuple):
-    """One alternative spec call. ``kind`` and ``detail`` are the finding it gives when the
-    kernel matches it (docs/compare.md, "Diagnosis"); ``summary`` says it in a few words
-    (``"mode interleave instead of half"``). Its outputs are compared with the kernel's in memory
-    order, so a variant that reads the same bytes in another shape needs no reshaping back.
-    ``parts``: (coefficient, Call) pairs whose spec outputs are added to ``call``'s (the cos and
-    sin terms of a rotation, evaluated apart); ``after(name, value)``: how the kernel wrote an
-    output of that computation (an index permutation, a broadcast), or None."""
-
-    kind: str
-    summary: str
-    detail: dict
-    call: Call
-    parts: tuple = ()
-    after: Callable | None = None
-
-
-def other_values(axis: str) -> Callable:
-    """The spec under every other value of one attribute axis (``mode``, ``norm_type``,
-    ``concat_order``): a kernel that took the wrong branch."""
-
-    def variants(record, call: Call, params: dict) -> list[Variant]:
-        ax = record.sweep.axis(axis)
-        here = params.get(axis)
-        out = []
-        for value in ax.values:
-            if value == here or ax.attr is None:
-                continue
-            attrs = {**call.attrs, ax.attr: ax.to_spec(value)}
-            out.append(Variant("alternative", f"{axis} {value} instead of {here}",
-                               {"param": axis, "value": value}, call._replace(attrs=attrs)))
-        return out
-    return variants
-
-
-def replaced_inputs(label: str, replace: Callable[[Call, dict], dict | None],
-                    param: str, value: str) -> Callable:
-    """The spec with some inputs replaced by ``replace(call, params)`` (None: not applicable),
-    e.g. NormRopeConcatBackward's mean and rstd recomputed from its inputs by the forward."""
-
-    def variants(record, call: Call, params: dict) -> list[Variant]:
-        new = replace(call, params)
-        if new is None:
-            return []
-        return [Variant("alternative", label, {"param": param, "value": value},
-                        call._replace(inputs={**call.inputs, **new}))]
-    return variants
-
-
-def reread_layout(axis: str, shape_of: Callable[[str, Call, dict, str], tuple | None]) -> Callable:
-    """The spec on the same bytes read in another layout (BSND data taken for BNSD): every
-    input reshaped, without moving a byte, to the shape ``shape_of(name, call, params, layout)`` gives
-    it in the other layout (None: leave it); its outputs, in memory order, are the bytes such a
-    kernel writes."""
-
-    def variants(record, call: Call, params: dict) -> list[Variant]:
-        ax = record.sweep.axis(axis)
-        here = params.get(axis)
-        out = []
-        for value in ax.values:
-            if value == here:
-                continue
-            inputs, ok, moved = dict(call.inputs), True, False
-            for name, arr in call.inputs.items():
-                shape = None if arr is None else shape_of(name, call, params, value)
-                if shape is None:
-                    continue
-                if int(np.prod(shape)) != np.size(arr):
-                    ok = False
-                    break
-                inputs[name] = np.asarray(arr).reshape(shape)
-                moved = moved or shape != np.shape(arr)
-            if ok and moved:
-                out.append(Variant("alternative", f"the bytes read as {value} instead of {here}",
-                                   {"param": axis, "value": value}, call._replace(inputs=inputs)))
-        return out
-    return variants
+__all__ = ["Variant", "other_values", "other_axes", "reread_layout", "replaced_inputs",
+           "generated", "rotation_terms", "GENERATED"]
 
 
 # --- what the record declares -------------------------------------------------------------------
@@ -208,6 +130,18 @@ def _part(c: _Case, part: TablePart) -> np.ndarray:
     arr = np.asarray(c.inputs[part.name])
     width = arr.shape[-1] // part.chunks
     return arr[..., part.chunk * width:(part.chunk + 1) * width]
+
+
+def rotation_terms(record, call: Call, params: dict) -> tuple[Call, Call, Call] | None:
+    """A rotation's two products as spec calls (None: the operator rotates nothing): the cos
+    term (the sin table zeroed), the sin term (the cos table zeroed) and what passes through
+    (both zeroed); the output is cos term + sin term - what passes through."""
+    c = _declared(record, call, params)
+    r = c.rotation
+    if r is None or not all(p.name in c.inputs for p in c.tables()):
+        return None
+    return (c.call._replace(inputs=_table(c, r.sin, 0)), c.call._replace(inputs=_table(c, r.cos, 0)),
+            c.call._replace(inputs=_table(c, r.sin, 0, _table(c, r.cos, 0))))
 
 
 def _partners(c: _Case) -> list[Variant]:
@@ -464,7 +398,8 @@ def _extent(c: _Case) -> list[Variant]:
 
 
 def _index_inputs(c: _Case) -> list[Variant]:
-    """Integer inputs (positions) one ahead, one behind (within the values they hold), all 0."""
+    """Integer inputs (positions) one ahead, one behind (within the values they hold), all 0,
+    at their first row only (an input of several rows)."""
     out = []
     for t in c.record.inputs:
         arr = c.inputs.get(t.name)
@@ -472,11 +407,15 @@ def _index_inputs(c: _Case) -> list[Variant]:
             continue
         a = np.asarray(arr)
         lo, hi = (int(a.min()), int(a.max())) if a.size else (0, 0)
+        first = a
+        for i in range(a.ndim - 1):                 # (several rows: their first row only)
+            first = _first_index(first, i)
         for text, value in (("one ahead (+1)", np.minimum(a + 1, hi)),
                             ("one behind (-1)", np.maximum(a - 1, lo)),
-                            ("all 0", np.zeros_like(a))):
-            out.append(Variant("index", f"{t.name} {text}", {"input": t.name, "read": text},
-                               c.with_inputs(**{t.name: value.astype(a.dtype)})))
+                            ("all 0", np.zeros_like(a)), ("read at its first row only", first)):
+            if a.ndim > 1 or value is not first:
+                out.append(Variant("index", f"{t.name} {text}", {"input": t.name, "read": text},
+                                   c.with_inputs(**{t.name: value.astype(a.dtype)})))
     return out
 
 

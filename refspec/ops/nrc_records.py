@@ -314,7 +314,9 @@ _ATTRS = ("norm_type", "norm_added_type", "rope_type", "concat_order")
 _SOCS = ("A2", "A3", None)
 _COMPARISON = Comparison(
     context=_ATTRS + ("dtype",), ratio_level="L2",
-    hypotheses=tuple(hypotheses.other_values(a) for a in _ATTRS), independent=("B", "N"))
+    hypotheses=tuple(hypotheses.other_values(a) for a in _ATTRS)
+    + (hypotheses.other_axes("norm_axis", "query", "the LayerNorm statistics"),),
+    independent=("B", "N"))
 #: the letters of each input's axes by role (a gradient of an output is B, N, S, D)
 _AXES = {"data": "BSND", "grad": "BNSD", "weight": "D", "bias": "D", "stats": "BSN1",
          "table": "SD"}

@@ -251,7 +251,7 @@ def camel_case(name: str) -> str:
 
 
 #: the spec keywords that are no attribute: chip profile, output dtype, a diagnosis's arithmetic
-NOT_ATTRIBUTES = ("soc", "out_dtype", "sum_dtype")
+NOT_ATTRIBUTES = ("soc", "out_dtype", "sum_dtype", "norm_axis")
 
 
 class _Blank(dict):

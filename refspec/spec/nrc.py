@@ -89,18 +89,18 @@ BACKWARD_TENSORS = (("grad_query_output", "grad_key_output", "grad_value_output"
 
 # --- forward steps (docs/norm_rope_concat.md §1) ---------------------------------------------
 
-def layer_norm(x, norm_type, weight=None, bias=None, eps=1e-5):
+def layer_norm(x, norm_type, weight=None, bias=None, eps=1e-5, norm_axis=-1):
     """Step 1: LayerNorm over D per (b, s, n) row; returns (out, mean, rstd).
 
     ``mean = sum(x)/D``; ``var = sum((x - mean)^2)/D``; ``rstd = 1/sqrt(var + eps)``;
     ``xhat = (x - mean)*rstd``; type 2: ``out = xhat*weight + bias``. Type 0 returns x and no
-    statistics.
+    statistics. ``norm_axis`` (default D, the last): the axis the statistics are taken over.
     """
     if norm_type == NormType.NONE:
         return x, None, None
-    D = x.shape[-1]
-    mean = x.sum(axis=-1, keepdims=True) / D                      # mean = sum(x)/D
-    var = ((x - mean) ** 2).sum(axis=-1, keepdims=True) / D       # var = sum((x - mean)^2)/D
+    D = x.shape[norm_axis]
+    mean = x.sum(axis=norm_axis, keepdims=True) / D               # mean = sum(x)/D
+    var = ((x - mean) ** 2).sum(axis=norm_axis, keepdims=True) / D  # var = sum((x - mean)^2)/D
     rstd = 1.0 / np.sqrt(var + eps)                               # rstd = 1/sqrt(var + eps)
     xhat = (x - mean) * rstd                                      # xhat = (x - mean)*rstd
     if norm_type == NormType.AFFINE_LAYER_NORM:
@@ -166,14 +166,15 @@ def bnsd_to_bsnd(t):
     return t.transpose(0, 2, 1, 3)
 
 
-def layer_norm_backward(g, x, mean, rstd, norm_type, weight=None, sum_dtype=None):
+def layer_norm_backward(g, x, mean, rstd, norm_type, weight=None, sum_dtype=None, norm_axis=-1):
     """Step 3: LayerNorm backward with the given mean and rstd; returns (dx, dweight, dbias).
 
     ``xhat = (x - mean)*rstd``; type 2: ``dbias = sum_BSN g``, ``dweight = sum_BSN g*xhat``,
     ``gw = g*weight``; type 1: ``gw = g``; ``dx = rstd*(gw - mean_D(gw) - xhat*mean_D(gw*xhat))``;
     type 0: ``dx = g``.
     The sums over B, S, N add in the order of ``refspec.spec.reduce.sum_rows`` (``sum_dtype``:
-    each partial sum rounded to that dtype).
+    each partial sum rounded to that dtype); ``norm_axis`` (default D, the last): the axis the
+    means ``mean_D`` are taken over.
     """
     if norm_type == NormType.NONE:
         return g, None, None                                      # type 0: dx = g'
@@ -185,8 +186,8 @@ def layer_norm_backward(g, x, mean, rstd, norm_type, weight=None, sum_dtype=None
         gw = g * weight                                           # gw = g'*weight
     else:
         gw = g                                                    # type 1: gw = g'
-    dx = rstd * (gw - gw.mean(axis=-1, keepdims=True)
-                 - xhat * (gw * xhat).mean(axis=-1, keepdims=True))   # dx = rstd*(gw - mean_D(gw) - xhat*mean_D(gw*xhat))
+    dx = rstd * (gw - gw.mean(axis=norm_axis, keepdims=True)
+                 - xhat * (gw * xhat).mean(axis=norm_axis, keepdims=True))   # dx = rstd*(gw - mean_D(gw) - xhat*mean_D(gw*xhat))
     return dx, dweight, dbias
 
 
@@ -225,10 +226,12 @@ def upstream_rows(t: dict, a: dict, stream: str, rows: tuple, work=np.float64, s
     return np.ascontiguousarray(bnsd_to_bsnd(g))                             # step 1: back to BSND
 
 
-def stream_gradients(t: dict, a: dict, stream: str, work=np.float64, sum_dtype=None) -> dict:
+def stream_gradients(t: dict, a: dict, stream: str, work=np.float64, sum_dtype=None,
+                     norm_axis=-1) -> dict:
     """Steps 1-3 for one stream, row block by row block: ``grad_<stream>`` and, for the affine
     LayerNorm, the stream's weight and bias gradients (None where not produced; zeros for an
-    absent stream, whose sums have no terms)."""
+    absent stream, whose sums have no terms). Means over another axis than D (``norm_axis``)
+    need that axis whole: one block."""
     type_attr, weight, bias, mean, rstd = STREAMS[stream]
     norm = a[type_attr]
     affine = norm == NormType.AFFINE_LAYER_NORM
@@ -237,7 +240,8 @@ def stream_gradients(t: dict, a: dict, stream: str, work=np.float64, sum_dtype=N
     if x is None:
         zeros = np.zeros(t["query"].shape[-1], work) if affine else None
         return dict(zip(names, (None, zeros, zeros)))
-    plan = blocks.plan(x.shape, (0, 1, 2))
+    whole = norm_axis % x.ndim != x.ndim - 1
+    plan = blocks.plan(x.shape, (0, 1, 2), x.size if whole else blocks.BLOCK_ELEMENTS)
     dx = np.empty(x.shape, work)
     sums = (blocks.Reduction(plan, work, sum_dtype),
             blocks.Reduction(plan, work, sum_dtype)) if affine else ()
@@ -247,7 +251,7 @@ def stream_gradients(t: dict, a: dict, stream: str, work=np.float64, sum_dtype=N
         stats = (None, None) if norm == NormType.NONE else (_wide(t[mean][rows], work),
                                                             _wide(t[rstd][rows], work))
         dx[rows], dweight, dbias = layer_norm_backward(g, _wide(x[rows], work), *stats, norm, w,
-                                                       sum_dtype)                 # step 3
+                                                       sum_dtype, norm_axis)      # step 3
         for total, part in zip(sums, (dweight, dbias)):
             total.put(rows, part.reshape(1, 1, 1, -1))
     out = [dx] + [total.result().reshape(-1) for total in sums]
@@ -276,11 +280,13 @@ def norm_rope_concat(query, key, value, encoder_query=None, encoder_key=None, en
                      norm_key_bias=None, norm_added_query_weight=None, norm_added_query_bias=None,
                      norm_added_key_weight=None, norm_added_key_bias=None, rope_sin=None,
                      rope_cos=None, norm_type=0, norm_added_type=0, rope_type=0, concat_order=0,
-                     eps=1e-5, is_training=False, *, soc=None, out_dtype=None):
+                     eps=1e-5, is_training=False, *, soc=None, out_dtype=None, norm_axis=-1):
     """NormRopeConcat forward (docs/norm_rope_concat.md §1): norm, concat, transpose, RoPE.
 
     Returns ``NormRopeConcatOutputs``: outputs in query's dtype, statistics float32
     (both rounded once, half to even), or everything exact with ``out_dtype=np.float64``.
+    ``norm_axis`` (-1: D) the axis of the BSND streams the LayerNorm statistics are taken over:
+    what a kernel taking them over another axis computes (for the diagnosis, docs/compare.md).
     """
     op = "norm_rope_concat"
     out_dtype = check_out_dtype(out_dtype, op)
@@ -303,7 +309,8 @@ def norm_rope_concat(query, key, value, encoder_query=None, encoder_key=None, en
         if t[stream] is None:
             normed[stream] = None
             continue
-        normed[stream], mean, rstd = layer_norm(t[stream], a[type_attr], t[weight], t[bias], a["eps"])
+        normed[stream], mean, rstd = layer_norm(t[stream], a[type_attr], t[weight], t[bias], a["eps"],
+                                                norm_axis)
         if a["is_training"] and mean is not None:
             stats[mean_name], stats[rstd_name] = mean, rstd          # (B, S, N, 1) row statistics
 
@@ -331,14 +338,14 @@ def backward_args(tensors: dict, attrs: dict, soc=None):
     return arrays, a, arrays["grad_query_output"].dtype
 
 
-def backward_exact(t: dict, a: dict, work=np.float64, sum_dtype=None) -> dict:
+def backward_exact(t: dict, a: dict, work=np.float64, sum_dtype=None, norm_axis=-1) -> dict:
     """The backward dataflow (docs/norm_rope_concat.md §2) on validated arrays ``t`` and
     attributes ``a``, computed in ``work`` (float64: the exact values), the sums over B, S, N
-    accumulated in ``sum_dtype`` (None: ``work``): the gradients by output name, None where not
-    produced."""
+    accumulated in ``sum_dtype`` (None: ``work``), the LayerNorm means over ``norm_axis`` of
+    BSND (D): the gradients by output name, None where not produced."""
     grads = value_gradients(t, a, work)                                          # step 4
     for stream in STREAMS:                                                        # steps 1-3
-        grads.update(stream_gradients(t, a, stream, work, sum_dtype))
+        grads.update(stream_gradients(t, a, stream, work, sum_dtype, norm_axis))
     return {name: grads[name] for name in NormRopeConcatGrads._fields}
 
 
@@ -351,11 +358,13 @@ def norm_rope_concat_backward(grad_query_output, grad_key_output, grad_value_out
                               norm_added_key_mean=None, norm_added_key_rstd=None,
                               rope_sin=None, rope_cos=None, norm_type=0, norm_added_type=0,
                               rope_type=0, concat_order=0, *, soc=None, out_dtype=None,
-                              sum_dtype=None):
+                              sum_dtype=None, norm_axis=-1):
     """NormRopeConcatBackward (docs/norm_rope_concat.md §2): split, RoPE backward, LayerNorm
     backward with the given mean and rstd, value gradients as exact copies. ``sum_dtype`` (None:
     exact) rounds every partial sum of the weight and bias gradients to that dtype in the stated
-    order (``refspec.spec.reduce``): what a kernel accumulating in it computes.
+    order (``refspec.spec.reduce``): what a kernel accumulating in it computes; ``norm_axis``
+    (-1: D) the axis of the BSND streams the LayerNorm backward's means run over: what a kernel
+    taking them over another axis computes (both for the diagnosis, docs/compare.md).
 
     Returns ``NormRopeConcatGrads`` in gradQueryOutput's dtype (or ``out_dtype``).
     """
@@ -375,5 +384,5 @@ def norm_rope_concat_backward(grad_query_output, grad_key_output, grad_value_out
     attrs = dict(norm_type=norm_type, norm_added_type=norm_added_type, rope_type=rope_type,
                  concat_order=concat_order)
     t, a, T = backward_args(tensors, attrs, soc)
-    grads = backward_exact(t, a, sum_dtype=sum_dtype)
+    grads = backward_exact(t, a, sum_dtype=sum_dtype, norm_axis=norm_axis)
     return NormRopeConcatGrads(**_round_all(grads, dict.fromkeys(grads, T), out_dtype))

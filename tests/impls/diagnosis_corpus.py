@@ -37,7 +37,10 @@ asks for, by kind:
   ``de-interleaved``); ``sign``: ``term`` for the sin term's sign; ``copy``: ``of``;
 - ``dtype``: ``as``, the dtype whose bits were written; ``rounding``: ``mode``;
 - ``precision``: ``cause``, the arithmetic that explains the errors' size
-  (``bfloat16 accumulation``, ``bfloat16 arithmetic``, ``inputs read as float16``, ...);
+  (``bfloat16 accumulation``, ``bfloat16 arithmetic``, ``inputs read as float16``, ...); on a
+  bfloat16 output a kernel's bfloat16 arithmetic is that output's own, what the correct I/O
+  dtype kernel computes too, so there plain ``precision`` (no cause) names it as well
+  (``Label.dtypes``); on float16 and float32 outputs only the cause does;
 - ``zero``, ``constant``, ``nonfinite``, ``scale``: the kind alone (or ``factor``, ``value``).
 
 Matching rule
@@ -102,11 +105,13 @@ class Label:
 
     kind: str
     detail: tuple = ()
+    #: the case's output dtypes the label holds for (empty: every case)
+    dtypes: tuple = ()
 
     def matches(self, kind: str, detail: dict, params: dict | None = None) -> bool:
         """Whether a finding of ``kind`` with ``detail`` says this (``params``: the case's
         parameters, for a value that depends on them)."""
-        if kind != self.kind:
+        if kind != self.kind or (self.dtypes and (params or {}).get("dtype") not in self.dtypes):
             return False
         have = {words(v) for v in detail.values()}
         for _, want in self.detail:
@@ -121,7 +126,7 @@ class Label:
         parts = [self.kind] + [f"{k}={'|'.join(map(str, v)) if isinstance(v, tuple) else v}"
                                if not callable(v) else f"{k}=(from the case's parameters)"
                                for k, v in self.detail]
-        return " ".join(parts)
+        return " ".join(parts + [f"(dtype={'|'.join(self.dtypes)} only)"] * bool(self.dtypes))
 
 
 def label(kind: str, **detail) -> Label:
@@ -619,8 +624,9 @@ WEIGHT_GRADS = tuple(f"output:grad_{w}" for w in WEIGHTS)
 BIAS_GRADS = tuple(o.replace("weight", "bias") for o in WEIGHT_GRADS)
 
 
-def _bf16_cause(how: str) -> Label:
-    return label(P, cause=how)
+def _bf16_cause(how: str) -> tuple:
+    """The cause named; on a bfloat16 output plain ``precision`` too (the module docstring)."""
+    return label(P, cause=how), Label(P, dtypes=("bfloat16",))
 
 
 BROKEN_LIST = [
@@ -777,7 +783,9 @@ BROKEN_LIST = [
             "pairing_by_head_size"),
     _broken("rc_mrope_first_row", "rope_cache",
             "mrope: every section's angles from the first position row",
-            label(A, param="positions", value=("first row", "first row only")), "mrope_first_row"),
+            (label(A, param="positions", value=("first row", "first row only")),
+             label("index", input="positions", read=("first row", "read at its first row only"))),
+            "mrope_first_row"),
     _broken("rc_positions_not_gathered", "rope_cache",
             "the cache row of position 0 for every token (the gather missing)",
             (label(A, param="positions", value="zeros"),

@@ -6,9 +6,11 @@ value rounded another way (``rounding``); the bits of the other 16-bit dtype (``
 from __future__ import annotations
 
 from itertools import groupby
+from typing import NamedTuple
 
 import numpy as np
 
+from ...ops.hypotheses import rotation_terms
 from ...spec.dtypes import resolve_dtype, round_to
 from ...spec.errors import AclnnError
 from ..judging.floatinfo import bits_of, float_info, ulp_at
@@ -43,9 +45,11 @@ EQUALLY_GOOD = 0.3
 def precision(s: Subject, fail: np.ndarray) -> Finding | None:
     """Every failing element within ``PRECISION_FACTOR`` times what rounding in the output's
     dtype allows: half an ulp of the result plus (K + 2) roundings of the sum of |terms| (S; |g|
-    when none is known); a 16-bit kernel's own arithmetic stays within it. Beyond it, when the
-    errors still look like rounding (within ``ROUNDING_LIKE`` of their terms), the narrower
-    arithmetic that explains their size (``arithmetic_cause``), if one does."""
+    when none is known); a 16-bit kernel's own arithmetic stays within it, unless arithmetic
+    narrower than the output's dtype (bfloat16 for a float16 output) explains their size
+    (``arithmetic_cause``). Beyond it, when the errors still look like rounding (within
+    ``ROUNDING_LIKE`` of their terms), the narrower arithmetic that explains their size, if one
+    does."""
     a, g = s.a[fail], s.g[fail]
     if not (np.isfinite(a).all() and np.isfinite(g).all()):
         return None
@@ -56,6 +60,9 @@ def precision(s: Subject, fail: np.ndarray) -> Finding | None:
     err = np.abs(a - g)
     if not (err <= bound).all():
         return arithmetic_cause(s, fail) if (err <= ROUNDING_LIKE * scale).all() else None
+    narrower = arithmetic_cause(s, fail, below=s.dtype)
+    if narrower is not None:
+        return narrower
     ulps = err / ulp_at(np.abs(g), info)
     worst = float(ulps.max())
     of_bound = float((err / bound).max()) * PRECISION_FACTOR
@@ -67,22 +74,24 @@ def precision(s: Subject, fail: np.ndarray) -> Finding | None:
                          "failing": n, "terms": "sum_abs" if s.S is not None else "golden"})
 
 
-def arithmetic_cause(s: Subject, fail: np.ndarray) -> Finding | None:
+def arithmetic_cause(s: Subject, fail: np.ndarray, below=None) -> Finding | None:
     """Errors beyond one rounding of the output dtype, of the size a narrower arithmetic gives:
     the case (or the slice of it the elements read belong to: ``Subject.inputs``) evaluated by
     the spec with the documented sums accumulated in a narrower dtype (the spec's
-    ``sum_dtype``: every partial sum rounded, in the stated order) or with inputs read through
-    one (an input, the inputs of one shape, all of them), rounded to the output dtype, as many
-    causes as ``SPEC_BUDGET`` input elements allow. Sought only when the kernel's RMS error is
-    at least ``BEYOND_ONE_ROUNDING`` times that of the golden rounded once; a cause's errors
+    ``sum_dtype``: every partial sum rounded, in the stated order), with a rotation's products
+    rounded to one before they are added, or with inputs read through one (an input, the
+    inputs of one shape, all of them), rounded to the output dtype, as many causes as
+    ``SPEC_BUDGET`` input elements allow (``below``: only dtypes narrower than that one, the
+    output's, for errors within its own arithmetic's). Sought only when the kernel's RMS error
+    is at least ``BEYOND_ONE_ROUNDING`` times that of the golden rounded once; a cause's errors
     must be beyond one rounding too, and its RMS and largest error each within ``SIZE_FACTOR``
-    of the kernel's. Inputs read through a dtype give the kernel's own numbers, so such a cause
-    also needs the failing elements to agree with its values (``EXPLAINS`` of them, by the
-    case's standard); for the sums only the errors' size is compared (a kernel adds in its own
-    order). A cause the values agree with is preferred; of the others within ``EQUALLY_GOOD`` of
-    the closest size, the first in the order above (the simplest) is named. Errors of the same
-    size from arithmetic not evaluated here (products rounded before the sum, noise) get no
-    cause. No cause is named when one of ``LOGIC`` explains the failing elements."""
+    of the kernel's. Rounded products and inputs read through a dtype give the kernel's own
+    numbers, so such a cause also needs the failing elements to agree with its values
+    (``EXPLAINS`` of them, by the case's standard); for the sums only the errors' size is
+    compared (a kernel adds in its own order). A cause the values agree with is preferred; of
+    the others within ``EQUALLY_GOOD`` of the closest size, the first in the order above (the
+    simplest) is named. Errors of the same size from arithmetic not evaluated here (noise) get
+    no cause. No cause is named when one of ``LOGIC`` explains the failing elements."""
     record, inputs = s.record, s.inputs
     if record is None or inputs is None:
         return None
@@ -95,10 +104,12 @@ def arithmetic_cause(s: Subject, fail: np.ndarray) -> Finding | None:
     if mine[0] < BEYOND_ONE_ROUNDING * once[0]:
         return None
     found = []
-    for i, (cause, what, detail, call) in enumerate(_causes(record.call_of(s.params, inputs), dt)):
+    causes = _causes(record, record.call_of(s.params, inputs), s.params, dt,
+                     _bits(below or np.float64))
+    for i, (cause, what, detail, call) in enumerate(causes):
         if (i + 1) * cost > SPEC_BUDGET:
             break
-        values = _spec_output(record, call, s.name, s.g.size)
+        values = _cause_output(record, call, s.name, s.g.size, dt)
         if values is None:
             continue
         theirs = _sizes(np.abs(values - s.g))
@@ -108,8 +119,8 @@ def arithmetic_cause(s: Subject, fail: np.ndarray) -> Finding | None:
         if (ratios > SIZE_FACTOR).any() or (ratios < 1 / SIZE_FACTOR).any():
             continue
         agree = float(s.agree(values)[fail].mean())
-        if "inputs" in detail and agree < EXPLAINS:
-            continue                    # inputs read through a dtype give the kernel's numbers
+        if ("inputs" in detail or isinstance(call, Products)) and agree < EXPLAINS:
+            continue                    # (they give the kernel's numbers themselves)
         found.append((agree, float(np.abs(np.log(ratios)).sum()), cause, what, detail, theirs))
     if not found or _logic_explains(s, fail):
         return None
@@ -159,15 +170,23 @@ def _bits(dtype) -> int:
     return float_info(resolve_dtype(dtype)).mant
 
 
-def _causes(call, out_dtype):
+def _causes(record, call, params: dict, out_dtype, below: int):
     """(cause, what it does, detail, spec call) for each narrower arithmetic: the sums
     accumulated in a dtype narrower than a correct kernel's accumulator (float32; float64 for
-    float64 outputs), then the float inputs read through a dtype narrower than their own."""
-    acc = _bits(np.float64 if out_dtype == np.float64 else np.float32)
+    float64 outputs), a rotation's products rounded to it before they are added (the spec call
+    a ``Products`` of the cos term, the sin term and what passes through:
+    ``refspec.ops.hypotheses.rotation_terms``), then the float inputs read through a dtype
+    narrower than their own; only dtypes of fewer than ``below`` mantissa bits."""
+    acc = min(below, _bits(np.float64 if out_dtype == np.float64 else np.float32))
+    terms = rotation_terms(record, call, params)
     for name in NARROWER:
         if _bits(name) < acc:
             yield (f"{name} accumulation", f"of sums accumulated in {name} (in the spec's order)",
                    {"dtype": name}, call._replace(attrs={**call.attrs, "sum_dtype": name}))
+    for name in NARROWER:
+        if _bits(name) < acc and terms is not None:
+            yield (f"products rounded to {name}", f"of the products rounded to {name} before "
+                   "they are added", {"dtype": name}, Products(name, *terms))
     floats = {k: np.asarray(v) for k, v in call.inputs.items()
               if v is not None and np.asarray(v).dtype.kind == "f" and np.size(v) > 1}
     by_shape = sorted(floats, key=lambda k: floats[k].shape)
@@ -177,7 +196,7 @@ def _causes(call, out_dtype):
     groups += [tuple(floats)] if len(floats) > 1 else []
     for name in NARROWER:
         for group in groups:
-            if any(_bits(name) >= _bits(floats[k].dtype) for k in group):
+            if any(_bits(name) >= min(below, _bits(floats[k].dtype)) for k in group):
                 continue
             read = {k: round_to(floats[k], name).astype(floats[k].dtype) for k in group}
             what = f"of reading {', '.join(group)} through {name}"
@@ -185,13 +204,39 @@ def _causes(call, out_dtype):
                    call._replace(inputs={**call.inputs, **read}))
 
 
-def _spec_output(record, call, name: str, size: int) -> np.ndarray | None:
+class Products(NamedTuple):
+    """The rotation's products, each rounded to ``dtype`` before they are added."""
+
+    dtype: str
+    cos_term: object
+    sin_term: object
+    through: object
+
+
+def _cause_output(record, how, name: str, size: int, out_dtype) -> np.ndarray | None:
+    """Output ``name`` under a cause: the spec on a call (``_spec_output``), or the rotation's
+    products (the spec's exact terms) each rounded to a dtype, added, rounded to the output's
+    dtype."""
+    if not isinstance(how, Products):
+        return _spec_output(record, how, name, size)
+    exact = [_spec_output(record, call, name, size, np.float64)
+             for call in (how.cos_term, how.sin_term, how.through)]
+    if any(v is None for v in exact):
+        return None
+    *products, through = exact
+    with np.errstate(all="ignore"):
+        narrow = [round_to(p - through, resolve_dtype(how.dtype)).astype(np.float64)
+                  for p in products]
+        return round_to(narrow[0] + narrow[1] + through, out_dtype).astype(np.float64)
+
+
+def _spec_output(record, call, name: str, size: int, out_dtype=None) -> np.ndarray | None:
     """Output ``name`` of the spec on ``call``, rounded to its dtype, as float64 in memory
     order (None when the spec rejects the call, e.g. ``sum_dtype`` on an operator without
     documented sums)."""
     try:
         with np.errstate(all="ignore"):
-            value = record.call(call).get(name)
+            value = record.call(call, out_dtype=out_dtype).get(name)
     except (AclnnError, ValueError, TypeError, IndexError, KeyError):
         return None
     if value is None or np.size(value) != size:

@@ -18,7 +18,7 @@ from .cover import explains_all
 from .findings import SPEC_BUDGET, SPEC_VARIANTS, Finding, Subject, candidate, count
 
 __all__ = ["twins", "fills", "copies", "multiples", "permutations", "own_hypotheses", "hypotheses",
-           "spec_hypotheses", "exact_terms", "spec_values"]
+           "remembered", "spec_hypotheses", "exact_terms", "spec_values"]
 
 
 def _fill(s: Subject, fail, claims, value: float, texts: tuple, detail: dict) -> Finding:
@@ -214,6 +214,31 @@ def spec_hypotheses(s: Subject, fail: np.ndarray, families) -> list[Finding]:
                              variant.summary, dict(variant.detail))
         if explains_all(s, out, fail):
             return out                 # a variant of this family explains the whole output
+    return out
+
+
+def remembered(s: Subject, fail: np.ndarray, golden_agrees: float) -> list[Finding]:
+    """The generated hypotheses whose spec values are already known for the case (evaluated
+    for another of its outputs: ``Subject.spec_memo``), at no cost: asked when the search
+    stopped before the generated hypotheses, so a candidate of theirs that explains exactly as
+    much as the one that stopped it competes with it (``cover.choose`` breaks the tie by
+    ``KINDS``)."""
+    results = s.spec_memo.get("results", {})
+    known = [f for f in GENERATED if (f, 0) in results]
+    if s.record is None or s.inputs is None or "base" not in results or not known:
+        return []
+    call = s.record.call_of(s.params, s.inputs)
+    values = spec_values(s.record, s.name, s.g.size, s.spec_memo)
+    base = values(Variant("", "", {}, call), "base")
+    if base is None or not np.allclose(base, s.g, rtol=1e-9, atol=0, equal_nan=True):
+        return []
+    out = []
+    for family in known:
+        for i, v in enumerate(family(s.record, call, s.params)):
+            keys = [(family, i)] + [((family, i), j) for j in range(len(v.parts))]
+            if all(k in results for k in keys):
+                out += candidate(s, fail, 0.0, values(v, (family, i)), v.kind, v.summary,
+                                 dict(v.detail))
     return out
 
 

@@ -14,7 +14,7 @@ from .findings import EXPLAINS, KINDS, Finding, Subject, count, finite
 from .regions import inside, where
 
 __all__ = ["ROUNDS", "MIN_SHARE", "MIN_ELEMENTS", "PART_AXES", "PART_RANGES", "PART_HELD",
-           "CHANCE", "NEAR", "SAME", "choose", "explains_all", "claims"]
+           "CHANCE", "NEAR", "SAME", "MIN_COVER", "choose", "explains_all", "claims"]
 
 #: findings of one output at most (rounds of the cover)
 ROUNDS = 4
@@ -33,6 +33,10 @@ CHANCE = 4
 NEAR = 4
 #: a finding names at most this many others that explain exactly what it does
 SAME = 3
+#: partial explanations alone (none explaining most of what was left) are kept only when
+#: together they explain at least this share of the failing elements: a few elements explained
+#: among many that nothing explains are what chance gives among hundreds of candidates
+MIN_COVER = 0.5
 
 
 def claims(f: Finding, fail: np.ndarray, covers: bool = False) -> np.ndarray:
@@ -58,10 +62,12 @@ def choose(s: Subject, fail: np.ndarray, pool: list[Finding]) -> tuple[list[Find
     the most elements of the output agreeing, by ``KINDS``, by the order of the candidates;
     reported by the share they explain, then in the order of the parts they explain) and the
     failing elements none explains. A candidate that explains only part of what is left is
-    taken when that part is no chance (``_clean_part``, ``_beyond_chance``)."""
+    taken when that part is no chance (``_clean_part``, ``_beyond_chance``); partial
+    explanations alone that leave most of the failing elements unexplained are dropped
+    (``MIN_COVER``)."""
     n = int(fail.sum())
     least = max(MIN_ELEMENTS, int(np.ceil(MIN_SHARE * n)))
-    rest, chosen = fail.copy(), []
+    rest, chosen, strong = fail.copy(), [], False
     pool = list(pool)
     while pool and len(chosen) < ROUNDS and rest.any():
         # (ranked by what they explain, and by what they agree with besides: a candidate
@@ -82,10 +88,13 @@ def choose(s: Subject, fail: np.ndarray, pool: list[Finding]) -> tuple[list[Find
                 break
         if taken is None:
             break
+        strong = strong or most
         f = pool.pop(taken)
         same = _same(s, f, pool, fail, rest)
         chosen.append((int(np.argmax(mine)), _with_part(s, f, mine, n, same)))
         rest &= ~mine
+    if not strong and (fail & ~rest).sum() < MIN_COVER * n:
+        return [], fail.copy()
     chosen.sort(key=lambda c: (-round(c[1].agreement, 3), c[0]))
     return [f for _, f in chosen], rest
 

@@ -36,7 +36,7 @@ from .accuracy import precision, roundings, twin_dtype
 from ...spec.terms import CACHE
 from .cache_outputs import diagnose_cache
 from .candidates import (copies, exact_terms, fills, hypotheses, multiples, own_hypotheses,
-                         permutations, twins)
+                         permutations, remembered, twins)
 from .cover import choose, explains_all
 from .findings import EXPLAINS, KINDS, SPEC_ELEMENTS, Finding, Subject
 from .unexplained import unexplained
@@ -70,6 +70,8 @@ def diagnose(subject: Subject) -> list[Finding]:
         for stage in CANDIDATES:
             found += stage(s, fail, golden_agrees)
             if explains_all(s, found, fail):
+                if stage is not hypotheses:            # (ties with those already evaluated)
+                    found += remembered(s, fail, golden_agrees)
                 break
     chosen, rest = choose(s, fail, found)
     if rest.any():
