@@ -148,6 +148,37 @@ def test_a_case_too_large_for_the_hypotheses_points_to_its_verdict(kv_golden, mo
                            "from its verdict only" in r.diagnosis[0].summary for r in failing)
 
 
+@pytest.mark.parametrize("bug", ("NEIGHBOUR_SLOT", "BLOCK_CLEARED", "SCALE_DIVIDED", "WRAP"))
+def test_a_cache_compared_at_the_offsets_touched_or_whole_gives_one_diagnosis(kv_golden, bug,
+                                                                              monkeypatch):
+    """The diagnosis compares two caches only where they touch them when that is a small part
+    (``SPARSE``); forced to either way, every finding of every failing cache is the same."""
+    from refspec.comparator.diagnosis import cache_outputs
+    lines = {}
+    for sparse in (0, 1 << 40):                   # never / always at the offsets touched
+        monkeypatch.setattr(cache_outputs, "SPARSE", sparse)
+        report = _run(kv_golden, bug)
+        lines[sparse] = [(r.case_id, r.output, [f.line() for f in r.diagnosis])
+                         for r in report.failures if r.comparison_class == "cache"]
+    assert lines[0] and lines[0] == lines[1 << 40]
+
+
+@pytest.mark.parametrize("bug", ("NEIGHBOUR_SLOT", "NZ_AS_ND", "OFFSET_SIGN", "TRUNCATION"))
+def test_a_large_failing_cache_screens_its_candidates_on_a_sample(kv_golden, bug, monkeypatch):
+    """With many failing elements a candidate is judged over the whole cache only when the
+    kernel agrees with it on a sample of them (``SCREENED``, ``SAMPLE``): screening every
+    cache on 64 elements leaves each first finding as it was."""
+    from refspec.comparator.diagnosis import cache_outputs
+    firsts = {}
+    for screened in (1 << 40, 0):
+        monkeypatch.setattr(cache_outputs, "SCREENED", screened)
+        monkeypatch.setattr(cache_outputs, "SAMPLE", 64)
+        report = _run(kv_golden, bug)
+        firsts[screened] = [(r.case_id, r.output, r.diagnosis[0].line())
+                            for r in report.failures if r.comparison_class == "cache"]
+    assert firsts[0] and firsts[0] == firsts[1 << 40]
+
+
 def test_truncated_and_wrapped_codes_of_the_spec_rounding():
     """round_value's mistaken roundings against numbers worked by hand: toward zero drops the
     fraction; an int8 code wraps as two's complement (-300 = -256 - 44 keeps its low byte -44,

@@ -14,7 +14,9 @@ in that it explains. Changes outside the index that no variant explains are an `
 finding (what they hold); written values that none explains are ``unexplained``. A case whose
 inputs hold more than ``SPEC_ELEMENTS`` elements is not re-evaluated: its finding points to the
 verdict. The spec's outputs of a case are kept for its other cache while they hold at most
-``candidates.MEMO_ELEMENTS``."""
+``candidates.MEMO_ELEMENTS``. Two caches are compared only where either touches them when that
+is a small part (``SPARSE``); a cache with many failing elements screens each candidate on a
+sample of them first (``SCREENED``, ``SAMPLE``, ``SCREEN_SHARE``)."""
 
 from __future__ import annotations
 
@@ -39,6 +41,19 @@ from .findings import SPEC_ELEMENTS, SPEC_VARIANTS, Finding, count
 
 __all__ = ["diagnose_cache"]
 
+#: a comparison looks only at the offsets two caches touch when they are under 1/SPARSE of it
+SPARSE = 16
+#: with more than SCREENED failing elements, a candidate is judged over the whole cache only
+#: when the kernel agrees with it on SCREEN_SHARE of SAMPLE failing elements, evenly spaced
+SCREENED, SAMPLE, SCREEN_SHARE = 1 << 14, 1 << 12, 0.05
+
+
+def _within(sorted_at: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(positions in ``sorted_at``, positions in ``offsets``) of the offsets it holds."""
+    i = np.minimum(np.searchsorted(sorted_at, offsets), sorted_at.size - 1)
+    k = np.flatnonzero(sorted_at[i] == offsets)
+    return i[k], k
+
 
 class _Written(NamedTuple):
     """What a candidate leaves in the cache: the flat offsets it writes, their exact values and
@@ -61,6 +76,7 @@ class _Cache:
         self.dtype = np.dtype(golden.dtype)
         self.shape, self.axes = named_shape(golden), golden.axes
         self.given, self.raw = given, raw
+        self._changed = None
         self.a = self._values(raw)
 
     def _values(self, raw):
@@ -69,34 +85,81 @@ class _Cache:
     def bits(self, x):
         return np.ascontiguousarray(x).view(f"u{self.dtype.itemsize}")
 
-    def left(self, w: _Written) -> np.ndarray:
-        """The cache a candidate leaves (its values rounded once its way)."""
-        out = self.given.copy()
-        if w.zeroed is not None:
-            out[w.zeroed] = np.zeros(1, self.dtype)
+    def touched(self, w: _Written | None) -> np.ndarray:
+        """The offsets where what ``w`` leaves (the kernel's cache for None) may differ from
+        the cache given: everywhere else it holds the given bits."""
+        if w is None:
+            if self._changed is None:
+                self._changed = np.flatnonzero(self.bits(self.raw) != self.bits(self.given))
+            return self._changed
+        return w.offsets if w.zeroed is None else np.concatenate((w.offsets, w.zeroed))
+
+    def rounded(self, w: _Written) -> np.ndarray:
+        """A candidate's values rounded once its way, in the cache's dtype."""
         if is_quant_dtype(self.dtype):
-            out[w.offsets] = round_code(w.values, self.dtype, w.rounding, w.saturate)
-        elif w.rounding == "toward_zero":
-            out[w.offsets] = _rounded_toward_zero(w.values, self.dtype)
-        else:
-            out[w.offsets] = round_to(w.values, self.dtype)
+            return round_code(w.values, self.dtype, w.rounding, w.saturate)
+        if w.rounding == "toward_zero":
+            return _rounded_toward_zero(w.values, self.dtype)
+        return round_to(w.values, self.dtype)
+
+    def left(self, w: _Written | None, at: np.ndarray | None = None) -> np.ndarray:
+        """The cache a candidate leaves (the kernel's for None), whole or at the sorted
+        offsets ``at``, which hold every offset it touches."""
+        if w is None:
+            return self.raw if at is None else self.raw[at]
+        out = self.given.copy() if at is None else self.given[at]
+
+        def put(offsets, values):
+            out[offsets if at is None else np.searchsorted(at, offsets)] = values
+        if w.zeroed is not None:
+            put(w.zeroed, np.zeros(1, self.dtype))
+        put(w.offsets, self.rounded(w))
         return out
 
-    def agree(self, w: _Written, raw: np.ndarray) -> np.ndarray:
-        """Per element: would the cache ``raw`` pass were ``w`` the golden?"""
-        ok = self.bits(raw) == self.bits(self.left(w))
-        at = w.offsets
-        a = self._values(raw[at])
+    def near(self, w: _Written, raw: np.ndarray) -> np.ndarray:
+        """At the offsets ``w`` writes: does ``raw`` (what is there) pass were ``w`` the golden
+        (codes within the arithmetic error of their exact value, float values by the rule)?"""
+        a = self._values(raw)
         if is_quant_dtype(self.dtype):
-            e = arithmetic_error(w.S, self.golden.K, at.size)
+            e = arithmetic_error(w.S, self.golden.K, w.offsets.size)
             with np.errstate(invalid="ignore"):
                 lo = round_value(w.values - e, self.dtype, w.rounding, w.saturate)
                 hi = round_value(w.values + e, self.dtype, w.rounding, w.saturate)
-            near = (a == lo) | (a == hi) | ((lo <= hi) & (a >= lo) & (a <= hi))
+            return (a == lo) | (a == hi) | ((lo <= hi) & (a >= lo) & (a <= hi))
+        return agrees(self.rule, self.golden.dtype_name, self.golden.K, a, raw, w.values, w.S)
+
+    def screen(self, w: _Written, sample: np.ndarray) -> float:
+        """The share of the sorted offsets ``sample`` where the kernel's cache agrees with
+        what ``w`` leaves."""
+        held = self.given[sample]
+        if w.zeroed is not None:
+            held[_within(sample, w.zeroed)[0]] = np.zeros(1, self.dtype)
+        i, k = _within(sample, w.offsets)
+        part = w._replace(offsets=sample[i], values=w.values[k],
+                          S=None if w.S is None else w.S[k], zeroed=None)
+        held[i] = self.rounded(part)
+        raw = self.raw[sample]
+        ok = self.bits(raw) == self.bits(held)
+        ok[i] |= self.near(part, raw[i])
+        return float(ok.mean())
+
+    def agree(self, w: _Written, other: _Written | None = None) -> np.ndarray:
+        """Per element: would the cache ``other`` leaves (the kernel's for None) pass were
+        ``w`` the golden? Where neither touches the cache both hold the cache given, so when
+        they touch a small part of it (under ``1/SPARSE``) only that part is compared."""
+        touched = np.concatenate((self.touched(w), self.touched(other)))
+        if touched.size * SPARSE < self.given.size:
+            ok = np.ones(self.given.size, bool)
+            at = np.sort(touched)
+            at = at[np.r_[True, at[1:] != at[:-1]]]              # each offset once
+            held = self.left(other, at)
+            ok[at] = self.bits(held) == self.bits(self.left(w, at))
+            raw = held[np.searchsorted(at, w.offsets)]
         else:
-            near = agrees(self.rule, self.golden.dtype_name, self.golden.K, a, raw[at],
-                          w.values, w.S)
-        ok[at] |= near
+            held = self.left(other)
+            ok = self.bits(held) == self.bits(self.left(w))
+            raw = held[w.offsets]
+        ok[w.offsets] |= self.near(w, raw)
         return ok
 
     def slots(self, mask: np.ndarray) -> int:
@@ -134,19 +197,25 @@ def diagnose_cache(case, golden, actual, rule, record) -> list[Finding]:
                           for k, f0, c in plan_blocks(tuple(actual.shape), 1 << 22)])
     c = _Cache(golden, given, raw.astype(given.dtype, copy=False), rule)
     gold = _Written(written, exact, S)
-    fail = ~c.agree(gold, c.raw)
+    fail = ~c.agree(gold)
     if not fail.any():
         return [_measured(golden, n)]
     total, slots = int(fail.sum()), c.slots(fail)
+    where = np.flatnonzero(fail)
+    sample = where[np.linspace(0, where.size - 1, SAMPLE).astype(np.int64)] \
+        if where.size > SCREENED else None
     scored = []
     for group, families in (("own", record.comparison.hypotheses), ("generated", GENERATED)):
         pool = list(_candidates(case, record, c, name, group, families))
         if group == "own":             # (before the generated ones: a fill is no computation)
             pool.append((_ZERO, _Written(written, np.zeros(written.size), None)))
         for v, w in pool:
-            claims = _claims(c, gold, fail, w)
+            if sample is not None and c.screen(w, sample) < SCREEN_SHARE:
+                continue
+            agreed = c.agree(w)
+            claims = _claims(c, gold, fail, w, agreed)
             if claims.any():
-                scored.append((v, w, claims, bool(c.agree(w, c.raw).all())))
+                scored.append((v, w, claims, bool(agreed.all())))
         if any(whole and claims.sum() == total for _, _, claims, whole in scored):
             break                      # one of the record's own explains the whole cache
     chosen, rest = _cover(c, gold, fail, scored)
@@ -182,17 +251,19 @@ def _candidates(case, record, c: _Cache, name: str, group: str, families):
             how = how or CacheWrite()
             key = (group, fi, vi) if v.call is not call else "base"
             got = memo[key] if key in memo else _evaluate(record, v.call)
-            held = 0 if got is None else sum(int(np.size(x)) for x in got[0].values())
+            held = 0 if got is None else sum(int(np.size(getattr(x, "values", x)))
+                                             for x in got[0].values() if x is not None)
             if key not in memo and memo.get("elements", 0) + held <= MEMO_ELEMENTS:
                 memo[key] = got
                 memo["elements"] = memo.get("elements", 0) + held
             if got is None or name not in got[0] or name not in got[1]:
                 continue
-            values, terms = got[0][name], got[1][name]
+            writes, terms = got[0][name], got[1][name]
             offsets = np.asarray(terms.written, np.int64)
-            if values.size != c.given.size or offsets.size == 0:
+            if (writes.cache.size != c.given.size or offsets.size == 0
+                    or not np.array_equal(writes.offsets, offsets)):
                 continue
-            x = np.asarray(values, np.float64).reshape(-1)[offsets]
+            x = np.asarray(writes.values, np.float64)
             S = None if terms.sum_abs is None else np.asarray(terms.sum_abs, np.float64).reshape(-1)
             zeroed = None
             if how.moved is not None:
@@ -208,13 +279,15 @@ def _candidates(case, record, c: _Cache, name: str, group: str, families):
 
 
 def _evaluate(record, call):
-    """The spec's exact outputs and the record's terms of a call (None when rejected; a call
-    the chip profile rejects is evaluated by the math-only profile)."""
+    """The spec's exact outputs (a cache as ``CacheWrites``: the cache given and the exact
+    values written, never widened whole) and the record's terms of a call (None when
+    rejected; a call the chip profile rejects is evaluated by the math-only profile)."""
     for soc in dict.fromkeys((call.soc, None)):
         try:
             one = call._replace(soc=soc)
             with np.errstate(all="ignore"):
-                return dict(record.call(one, out_dtype=np.float64)), record.generation.terms(one)
+                return (dict(record.call(one, out_dtype=np.float64, whole_caches=False)),
+                        record.generation.terms(one))
         except (AclnnError, ValueError, TypeError, IndexError, KeyError):
             continue
     return None
@@ -246,10 +319,12 @@ def _cover(c: _Cache, gold: _Written, fail: np.ndarray, scored: list):
     return chosen, rest
 
 
-def _claims(c: _Cache, gold: _Written, fail: np.ndarray, w: _Written) -> np.ndarray:
-    """The failing elements where the kernel agrees with a candidate and what the candidate
-    leaves would fail."""
-    return c.agree(w, c.raw) & fail & ~c.agree(gold, c.left(w))
+def _claims(c: _Cache, gold: _Written, fail: np.ndarray, w: _Written,
+            agreed: np.ndarray | None = None) -> np.ndarray:
+    """The failing elements where the kernel agrees with a candidate (``agreed``, when known)
+    and what the candidate leaves would fail."""
+    claims = (c.agree(w) if agreed is None else agreed) & fail
+    return claims & ~c.agree(gold, w) if claims.any() else claims
 
 
 def _beyond_chance(c: _Cache, gold: _Written, rest: np.ndarray, w: _Written) -> bool:
