@@ -124,9 +124,13 @@ def arithmetic_cause(s: Subject, fail: np.ndarray, below=None) -> Finding | None
         found.append((agree, float(np.abs(np.log(ratios)).sum()), cause, what, detail, theirs))
     if not found or _logic_explains(s, fail):
         return None
-    agree, _, cause, what, detail, theirs = _best(found)
-    info = float_info(dt)
-    worst = float((np.abs(s.a - s.g)[fail] / ulp_at(np.abs(s.g[fail]), info)).max())
+    return _cause_finding(s, fail, dt, mine, _best(found))
+
+
+def _cause_finding(s: Subject, fail: np.ndarray, dt, mine: np.ndarray, best: tuple) -> Finding:
+    """The ``precision`` finding that names the cause ``best`` (``arithmetic_cause``)."""
+    agree, _, cause, what, detail, theirs = best
+    worst = float((np.abs(s.a - s.g)[fail] / ulp_at(np.abs(s.g[fail]), float_info(dt))).max())
     n = int(fail.sum())
     return Finding("precision", f"narrower arithmetic than the golden's: the {n} failing "
                    f"elements (at most {worst:.3g} ulps of {s.dtype} off) have the size of the "
