@@ -23,7 +23,7 @@ from ..spec.errors import AclnnError
 from .sampling import DISTRIBUTIONS
 
 __all__ = ["Axis", "Shape", "bad_value", "choice", "flag", "numbered", "enum_labels",
-           "number", "env_value", "PROFILES", "soc_axis", "dtype_axis", "dist_axis", "fault_axis", "DTYPES"]
+           "number", "integers", "env_value", "PROFILES", "soc_axis", "dtype_axis", "dist_axis", "fault_axis", "DTYPES"]
 
 #: the dtypes a sweep may name
 DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -167,6 +167,21 @@ def number(low: float = 0.0) -> Callable:
         if not (math.isfinite(x) and x >= low):
             raise ValueError(f"{v!r} is not a finite number >= {low:g}")
         return x
+    return parse
+
+
+def integers(n: int, example: str) -> Callable:
+    """A parser for ``n`` integers >= 0, given as ``example`` (``512,128,128``) or a list;
+    the value is that string with no spaces."""
+    def parse(v) -> str:
+        parts = list(v) if isinstance(v, (list, tuple)) else str(v).replace(" ", "").split(",")
+        try:
+            vals = [int(x) for x in parts if not isinstance(x, bool)]
+        except (TypeError, ValueError):
+            vals = []
+        if len(vals) != n or len(parts) != n or min(vals) < 0:
+            raise ValueError(f"{v!r} is not {n} integers >= 0 such as {example}")
+        return ",".join(map(str, vals))
     return parse
 
 

@@ -21,7 +21,8 @@ from . import cache_hypotheses, hypotheses
 from ..spec.dequant_rope import dequant_rope_quant_kvcache, dequant_rope_quant_kvcache_terms
 from ..spec.dequant_rope_checks import CACHE_MODES, check_dequant_args
 from ..spec.dtypes import bfloat16, resolve_dtype
-from .axes import Axis, Shape, choice, dist_axis, dtype_axis, fault_axis, flag, soc_axis
+from .axes import (Axis, Shape, choice, dist_axis, dtype_axis, fault_axis, flag, integers,
+                   soc_axis)
 from .kv_cache_records import keyword_terms, sentinel_caches, spread_slots, tensors_of
 from .record import Call, Comparison, Generation, Operator, Output, SweepAxes, Tensor, TensorPlan, Tensors
 from .sampling import ROPE_VENDOR, draw, draw_tables, stream
@@ -34,21 +35,9 @@ _TENSORS = ("x", "cos", "sin", "k_cache", "v_cache", "indices", "scale_k", "scal
             "offset_v", "weight_scale", "activation_scale", "bias")
 
 
-def _splits(v) -> str:
-    """size_splits as three integers, ``512,128,128`` (a list too)."""
-    parts = list(v) if isinstance(v, (list, tuple)) else str(v).replace(" ", "").split(",")
-    try:
-        vals = [int(x) for x in parts if not isinstance(x, bool)]
-    except (TypeError, ValueError):
-        vals = []
-    if len(vals) != 3 or len(parts) != 3 or min(vals) < 0:
-        raise ValueError(f"{v!r} is not three integers >= 0 such as 512,128,128")
-    return ",".join(map(str, vals))
-
-
 def _sweep() -> SweepAxes:
     axes = (soc_axis(),
-            Axis("size_splits", _splits, (), attr="size_splits",
+            Axis("size_splits", integers(3, "512,128,128"), (), attr="size_splits",
                  to_spec=lambda v: [int(x) for x in v.split(",")]),
             Axis("cache_mode", choice(CACHE_MODES), ("contiguous",), CACHE_MODES, attr="cache_mode"),
             Axis("x", choice(("BSH", "BH"), upper=True), ("BSH",), ("BSH", "BH")),

@@ -18,7 +18,8 @@ from ..spec.kv_cache import CACHE_AXES
 from ..spec.qkv_norm_rope import qkv_rms_norm_rope_cache, qkv_rms_norm_rope_cache_terms
 from ..spec.qkv_norm_rope_checks import check_qkv_args
 from . import cache_hypotheses
-from .axes import Axis, Shape, choice, dist_axis, dtype_axis, fault_axis, flag, soc_axis
+from .axes import (Axis, Shape, choice, dist_axis, dtype_axis, fault_axis, flag, integers,
+                   soc_axis)
 from .kv_cache_records import keyword_terms, sentinel_caches, slots_of, tensors_of
 from .record import Call, Comparison, Generation, Operator, Output, SweepAxes, Tensor, TensorPlan, Tensors
 from .sampling import ROPE_VENDOR, draw, draw_tables, stream
@@ -31,28 +32,14 @@ _TENSORS = ("qkv", "q_gamma", "k_gamma", "cos", "sin", "index", "k_cache", "v_ca
             "v_scale", "k_offset", "v_offset")
 
 
-def _ints(n: int):
-    def parse(v) -> str:
-        """n integers, ``2,3,8,128`` (a list too)."""
-        parts = list(v) if isinstance(v, (list, tuple)) else str(v).replace(" ", "").split(",")
-        try:
-            vals = [int(x) for x in parts if not isinstance(x, bool)]
-        except (TypeError, ValueError):
-            vals = []
-        if len(vals) != n or len(parts) != n or min(vals) < 0:
-            raise ValueError(f"{v!r} is not {n} integers >= 0")
-        return ",".join(map(str, vals))
-    return parse
-
-
 def _to_list(v: str) -> list:
     return [int(x) for x in v.split(",")]
 
 
 def _sweep() -> SweepAxes:
     axes = (soc_axis(),
-            Axis("qkv_size", _ints(4), (), attr="qkv_size", to_spec=_to_list),
-            Axis("head_nums", _ints(3), (), attr="head_nums", to_spec=_to_list),
+            Axis("qkv_size", integers(4, "2,3,8,128"), (), attr="qkv_size", to_spec=_to_list),
+            Axis("head_nums", integers(3, "32,8,8"), (), attr="head_nums", to_spec=_to_list),
             Axis("kcache", choice(("qkv", "int8")), ("int8",), ("qkv", "int8")),
             Axis("vcache", choice(("qkv", "int8")), ("qkv",), ("qkv", "int8")),
             Axis("offset", flag, (False,)),
