@@ -20,8 +20,8 @@ from .candidates import (copies, fills, hypotheses, multiples, own_hypotheses, p
 from .findings import (EXPLAINS, PRECISION_FACTOR, SPEC_BUDGET, SPEC_ELEMENTS, Finding,
                        Subject, share)
 
-__all__ = ["precision", "arithmetic_cause", "roundings", "twin_dtype", "NARROWER",
-           "SIZE_FACTOR", "BEYOND_ONE_ROUNDING", "ROUNDING_LIKE", "EQUALLY_GOOD"]
+__all__ = ["precision", "arithmetic_cause", "roundings", "rounded_toward_zero", "twin_dtype",
+           "NARROWER", "SIZE_FACTOR", "BEYOND_ONE_ROUNDING", "ROUNDING_LIKE", "EQUALLY_GOOD"]
 
 #: the dtypes a kernel may accumulate in or read its inputs through
 NARROWER = ("bfloat16", "float16", "float32")
@@ -255,7 +255,7 @@ def roundings(s: Subject, fail: np.ndarray) -> list[Finding]:
     if dt == np.float64:
         return []
     nearest = bits_of(round_to(s.g, dt))
-    ways = {"toward_zero": _rounded_toward_zero(s.g, dt), "half_away": _rounded_half_away(s.g, dt)}
+    ways = {"toward_zero": rounded_toward_zero(s.g, dt), "half_away": _rounded_half_away(s.g, dt)}
     if dt.itemsize < 4:
         ways["double"] = round_to(round_to(s.g, np.float32).astype(np.float64), dt)
     mine = bits_of(s.raw)
@@ -278,7 +278,7 @@ def roundings(s: Subject, fail: np.ndarray) -> list[Finding]:
     return out
 
 
-def _rounded_toward_zero(g: np.ndarray, dt) -> np.ndarray:
+def rounded_toward_zero(g: np.ndarray, dt) -> np.ndarray:
     """g rounded toward zero to ``dt``: the nearest value, stepped back one place where it lies
     farther from zero than g."""
     r = round_to(g, dt)

@@ -28,14 +28,13 @@ import numpy as np
 from ...ops.cache_hypotheses import SLOT_LETTERS, CacheWrite
 from ...ops.hypotheses import GENERATED, Variant
 from ...spec.dtypes import round_to
-from ...spec.errors import AclnnError
 from ...spec.quant_dtypes import decode, is_quant_dtype, round_code, round_value
 from ..judging.agreement import agrees
 from ..judging.caches import named_shape
 from ..judging.quantised import arithmetic_error
 from ..judging.streaming import plan_blocks
-from .accuracy import _rounded_toward_zero
-from .candidates import MEMO_ELEMENTS
+from .accuracy import rounded_toward_zero
+from .candidates import MEMO_ELEMENTS, on_some_profile
 from .cover import CHANCE, MIN_ELEMENTS, MIN_SHARE, ROUNDS, SAME
 from .findings import SPEC_ELEMENTS, SPEC_VARIANTS, Finding, count
 
@@ -99,7 +98,7 @@ class _Cache:
         if is_quant_dtype(self.dtype):
             return round_code(w.values, self.dtype, w.rounding, w.saturate)
         if w.rounding == "toward_zero":
-            return _rounded_toward_zero(w.values, self.dtype)
+            return rounded_toward_zero(w.values, self.dtype)
         return round_to(w.values, self.dtype)
 
     def left(self, w: _Written | None, at: np.ndarray | None = None) -> np.ndarray:
@@ -281,16 +280,10 @@ def _candidates(case, record, c: _Cache, name: str, group: str, families):
 def _evaluate(record, call):
     """The spec's exact outputs (a cache as ``CacheWrites``: the cache given and the exact
     values written, never widened whole) and the record's terms of a call (None when
-    rejected; a call the chip profile rejects is evaluated by the math-only profile)."""
-    for soc in dict.fromkeys((call.soc, None)):
-        try:
-            one = call._replace(soc=soc)
-            with np.errstate(all="ignore"):
-                return (dict(record.call(one, out_dtype=np.float64, whole_caches=False)),
-                        record.generation.terms(one))
-        except (AclnnError, ValueError, TypeError, IndexError, KeyError):
-            continue
-    return None
+    rejected; ``candidates.on_some_profile``)."""
+    return on_some_profile(lambda one: (dict(record.call(one, out_dtype=np.float64,
+                                                         whole_caches=False)),
+                                        record.generation.terms(one)), call)
 
 
 def _cover(c: _Cache, gold: _Written, fail: np.ndarray, scored: list):

@@ -7,6 +7,8 @@ candidate findings with the failing elements they explain; the diagnosis chooses
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from ...ops.head_orders import head_maps
@@ -18,7 +20,7 @@ from .cover import explains_all
 from .findings import SPEC_BUDGET, SPEC_VARIANTS, Finding, Subject, candidate, count
 
 __all__ = ["twins", "fills", "copies", "multiples", "permutations", "own_hypotheses", "hypotheses",
-           "remembered", "spec_hypotheses", "exact_terms", "spec_values"]
+           "remembered", "spec_hypotheses", "exact_terms", "spec_values", "on_some_profile"]
 
 
 def _fill(s: Subject, fail, claims, value: float, texts: tuple, detail: dict) -> Finding:
@@ -278,17 +280,22 @@ def spec_values(record, name: str, size: int, memo: dict):
     return values
 
 
-def _evaluate(record, call) -> dict | None:
-    """The spec's exact outputs for a call (None when the spec rejects it). A
-    call the chip profile rejects (a pattern its kernel has no plan for) is evaluated by the
-    math-only profile: the formula is what a mistaken kernel computes."""
+def on_some_profile(compute: Callable, call):
+    """``compute(call)`` (None when the spec rejects the call). A call the chip profile rejects
+    (a pattern its kernel has no plan for) is computed on the math-only profile: the formula is
+    what a mistaken kernel computes."""
     for soc in dict.fromkeys((call.soc, None)):
         try:
             with np.errstate(all="ignore"):
-                return dict(record.call(call._replace(soc=soc), out_dtype=np.float64))
+                return compute(call._replace(soc=soc))
         except (AclnnError, ValueError, TypeError, IndexError, KeyError):
             continue
     return None
+
+
+def _evaluate(record, call) -> dict | None:
+    """The spec's exact outputs for a call (None when the spec rejects it)."""
+    return on_some_profile(lambda one: dict(record.call(one, out_dtype=np.float64)), call)
 
 
 def exact_terms(record, params: dict, inputs: dict, name: str) -> np.ndarray | None:
